@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class Transient(Exception):
@@ -28,6 +28,21 @@ class Probe:
 
     size: int | None  # bytes the stream will deliver, if the server said
     resumable: bool  # the stream can be reopened at an offset (HTTP Range, S3 ranged GET)
+    labels: dict[str, str] = field(default_factory=dict)  # registry image ENV labels (cdi-facts §2.3)
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Everything a source needs to reach its data; filled from the CLI flags or CDI's env contract."""
+
+    url: str
+    access_key: str = ""  # HTTP basic user, S3 access key id, registry user
+    secret_key: str = ""
+    cert_dir: str | None = None  # directory of CA certificates (*.crt, *.pem) to trust
+    insecure: bool = False  # skip TLS verification (CDI's insecureSkipVerify / insecureRegistries)
+    headers: tuple[tuple[str, str], ...] = ()  # extra request headers (IMPORTER_EXTRA_HEADER_<i>)
+    architecture: str | None = None  # registry platform; None means this machine's
+    stall_timeout: float = 600.0  # seconds without a byte before a transfer counts as stalled
 
 
 class Source(abc.ABC):
