@@ -1,0 +1,9 @@
+"""Loads every fixture module in tests/fixtures, so each area keeps its fixtures in its own file."""
+
+import pathlib
+
+pytest_plugins = sorted(
+    f"tests.fixtures.{path.stem}"
+    for path in (pathlib.Path(__file__).parent / "tests" / "fixtures").glob("*.py")
+    if path.stem != "__init__"
+)
