@@ -17,6 +17,8 @@ class Reason(enum.Enum):
     NotFound = ("the source does not exist (HTTP 404, missing object, unknown tag)", True)
     Unauthorized = ("the source refused our credentials (HTTP 401/403, bad keys)", True)
     URLDenied = ("the URL or a redirect target is denied by the allow/deny list", True)
+    RedirectLoop = ("the server redirected too many times", True)
+    HTTPError = ("the server refused the request with another 4xx status", True)
     TLSError = ("the server's certificate could not be verified", True)
     SourceUnreachable = ("the source could not be reached, even after retries", False)
     TransferFailed = ("the transfer broke and could not be resumed, even after retries", False)
@@ -28,6 +30,7 @@ class Reason(enum.Enum):
     UnsafeArchive = ("the archive has members that escape the target or are not regular files", True)
     ConversionFailed = ("qemu-img could not convert the image", True)
     TargetError = ("the target could not be written", False)
+    InternalError = ("a bug in the importer; its log has the details", False)
 
     def __init__(self, description: str, permanent: bool) -> None:
         self.description = description

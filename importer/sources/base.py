@@ -43,6 +43,8 @@ class SourceOptions:
     headers: tuple[tuple[str, str], ...] = ()  # extra request headers (IMPORTER_EXTRA_HEADER_<i>)
     architecture: str | None = None  # registry platform; None means this machine's
     stall_timeout: float = 600.0  # seconds without a byte before a transfer counts as stalled
+    url_allow: tuple[str, ...] = ()  # CIDRs / host names always allowed (see importer.urlpolicy)
+    url_deny: tuple[str, ...] = ()  # denied in addition to the link-local/metadata defaults
 
 
 class Source(abc.ABC):
@@ -50,6 +52,8 @@ class Source(abc.ABC):
 
     #: CDI's name of the source kind, used in messages ("Unable to connect to http data source").
     kind: str = ""
+    #: Bytes read off the wire so far, over all attempts, including any a source had to skip to reach an offset.
+    received: int = 0
 
     @abc.abstractmethod
     def probe(self) -> Probe:

@@ -1,0 +1,206 @@
+"""One import: source → transfer (resume, retries) → checksum tap → decompression → header checks → target.
+
+Raw and ISO images are written straight to the target, holes skipped. Everything else is converted by
+qemu-img while it downloads: the stream is staged on the target's own filesystem (never a scratch volume)
+and served to qemu-img over NBD as it arrives (see :mod:`importer.nbd`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from importer import nbd, qemu
+from importer.checksum import Expected, Hashes
+from importer.contract import CONTENT_ARCHIVE, SOURCE_NONE
+from importer.decompress import decompressed
+from importer.errors import ImportFailed, Reason
+from importer.formats import STRAIGHT, HeaderCollector, ImageInfo, StreamChecker, inspect
+from importer.progress import RESIZING, Progress
+from importer.sink import RawWriter
+from importer.sources import open_source
+from importer.sources.base import SourceOptions
+from importer.targets import Target, open_target
+from importer.transfer import RetryPolicy, Transfer
+
+
+@dataclass(frozen=True)
+class ImportRequest:
+    source: str  # CDI's IMPORTER_SOURCE value: http, s3, registry, none (blank)
+    options: SourceOptions
+    dest: str
+    size: int | None = None  # IMPORTER_IMAGE_SIZE / --size
+    checksum: str | None = None
+    content_type: str = "kubevirt"
+    filesystem_overhead: float = 0.0
+    preallocation: bool = False
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    format: str
+    virtual_size: int
+    bytes_transferred: int
+    bytes_refetched: int
+    resumes: int
+    source_sha256: str | None
+    target: str
+    duration_s: float
+    preallocation_applied: bool
+    labels: dict[str, str]
+    compression: list[str]
+
+
+def run_import(request: ImportRequest, *, progress: Progress | None = None) -> ImportResult:
+    progress = progress or Progress()
+    started = time.monotonic()
+    expected = Expected(request.checksum) if request.checksum else None
+    if request.content_type == CONTENT_ARCHIVE:
+        raise ImportFailed(Reason.UnsupportedFormat, "archive content is not supported yet")
+    target = open_target(request.dest, size=request.size, overhead=request.filesystem_overhead)
+    if request.source == SOURCE_NONE:
+        return _blank(request, target, started=started, progress=progress)
+    source = open_source(request.source, request.options)
+    try:
+        transfer = Transfer(source, retry=request.retry)
+        hashes = Hashes(expected)
+        layers, plain = decompressed(_tapped(transfer, hashes, progress))
+        collector = HeaderCollector()
+        head_chunks: list[bytes] = []
+        whole = True  # the stream ended before the header was complete: it is all in head_chunks
+        for chunk in plain:
+            head_chunks.append(chunk)
+            if collector.feed(chunk):
+                whole = False
+                break
+        info = inspect(bytes(collector.head), complete_stream=whole)
+        if info.virtual_size is None and not layers:
+            info = ImageInfo(info.format, transfer.size)
+        target.check_fits(info.virtual_size)
+        stream = itertools.chain(head_chunks, plain)
+        try:
+            if info.format in STRAIGHT:
+                size = _write_raw(stream, target, preallocate=request.preallocation)
+            else:
+                known = transfer.size if not layers else None
+                size = _convert(stream, target, info=info, known_size=known, preallocate=request.preallocation,
+                                progress=progress)
+            hashes.verify()
+            progress.set_phase(RESIZING)
+            target.finish(image_size=size)
+        except BaseException:
+            target.discard()
+            raise
+    finally:
+        source.close()
+    progress.complete()
+    return ImportResult(
+        format=info.format, virtual_size=size, bytes_transferred=transfer.received,
+        bytes_refetched=transfer.refetched, resumes=transfer.resumes, source_sha256=hashes.sha256.hexdigest(),
+        target=str(target.final_path), duration_s=round(time.monotonic() - started, 3),
+        preallocation_applied=request.preallocation, labels=dict(transfer.probe.labels), compression=layers)
+
+
+def _tapped(transfer: Transfer, hashes: Hashes, progress: Progress) -> Iterator[bytes]:
+    for chunk in transfer:
+        hashes.update(chunk)
+        progress.transferred(transfer.offset, transfer.size)
+        yield chunk
+    progress.transferred(transfer.offset, transfer.size or transfer.offset)
+
+
+def _write_raw(stream: Iterator[bytes], target: Target, *, preallocate: bool) -> int:
+    writer = RawWriter(target.work_path, block_device=target.is_block, limit=target.capacity, preallocate=preallocate)
+    try:
+        return writer.write_all(stream)
+    finally:
+        writer.close()
+
+
+def _convert(stream: Iterator[bytes], target: Target, *, info: ImageInfo, known_size: int | None,
+             preallocate: bool, progress: Progress) -> int:
+    """Stage the image on the target's filesystem and convert it while it arrives."""
+    workdir = Path(tempfile.mkdtemp(prefix=".cdi-staging-", dir=target.staging_dir()))
+    staging = nbd.Staging(workdir / "image")
+    checker = StreamChecker(info.format)
+    cancel = threading.Event()
+
+    def download() -> None:
+        try:
+            for chunk in stream:
+                if cancel.is_set():
+                    raise ImportFailed(Reason.ConversionFailed, "cancelled")
+                checker.feed(chunk)
+                staging.append(chunk)
+            checker.finish()
+            staging.finish()
+        except BaseException as error:  # handed to the main thread through the staging object
+            staging.finish(error)
+
+    downloader = threading.Thread(target=download, name="download", daemon=True)
+    downloader.start()
+    server = None
+    try:
+        size = known_size if known_size is not None else staging.wait_done()
+        _raise_download_error(staging)
+        server = nbd.NbdServer(staging, size=size, socket_path=workdir / "nbd.sock")
+        process = qemu.convert(source=server.url, source_format=info.format, dest=target.work_path,
+                               block=target.is_block, preallocate=preallocate, on_progress=progress.converting)
+        try:
+            qemu.wait(process)
+        except ImportFailed:
+            _raise_download_error(staging)
+            raise
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        staging.wait_done()
+        _raise_download_error(staging)
+        if staging.written != size:
+            raise ImportFailed(Reason.TransferFailed, f"received {staging.written} bytes, expected {size}")
+        return int(info.virtual_size or 0)
+    finally:
+        cancel.set()
+        if server is not None:
+            server.close()
+        staging.finish(staging.error)
+        downloader.join()
+        staging.close()
+        workdir.rmdir()
+
+
+def _raise_download_error(staging: nbd.Staging) -> None:
+    error = nbd.staging_failed(staging)
+    if error is not None:
+        raise error
+
+
+def _blank(request: ImportRequest, target: Target, *, started: float, progress: Progress) -> ImportResult:
+    """CDI's blank image: a sparse file of the usable size; on a block device nothing, or zeros if preallocated."""
+    if target.is_block:
+        size = target.capacity or 0
+        if request.preallocation:
+            _write_raw(iter([bytes(1 << 20)] * (size >> 20)), target, preallocate=True)
+    else:
+        size = target.size or 0
+        if not size:
+            raise ImportFailed(Reason.InvalidArgument, "a blank image needs a size (--size)")
+        writer = RawWriter(target.work_path, block_device=False, limit=None, preallocate=request.preallocation)
+        try:
+            if request.preallocation:
+                writer.write_all(iter([bytes(1 << 20)] * (size >> 20)))
+        finally:
+            writer.close()
+    target.finish(image_size=size)
+    progress.complete()
+    return ImportResult(format="raw", virtual_size=size, bytes_transferred=0, bytes_refetched=0, resumes=0,
+                        source_sha256=None, target=str(target.final_path),
+                        duration_s=round(time.monotonic() - started, 3),
+                        preallocation_applied=request.preallocation, labels={}, compression=[])

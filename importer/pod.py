@@ -1,0 +1,60 @@
+"""`cdi-importer`: the importer pod's entry point, speaking CDI's env contract and termination message."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+from importer import contract as c
+from importer.errors import ImportFailed, Reason
+from importer.metrics import ProgressMetric
+from importer.pipeline import run_import
+from importer.progress import Progress, Snapshot
+from importer.request import from_env
+
+log = logging.getLogger("cdi-importer")
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    env = dict(os.environ)
+    termination = Path(env.get(c.TERMINATION_LOG, "") or c.DEFAULT_TERMINATION_LOG)
+    source = env.get(c.SOURCE, "") or c.SOURCE_HTTP
+    try:
+        request = from_env(env)
+        progress = Progress([_log_progress], min_interval=5.0)
+        port = int(env.get(c.METRICS_PORT, "") or c.DEFAULT_METRICS_PORT)
+        if port:
+            metric = ProgressMetric(env.get(c.OWNER_UID, ""))
+            metric.serve(port)
+            progress.add_listener(metric)
+        result = run_import(request, progress=progress)
+    except ImportFailed as failure:
+        _write(termination, c.failure_message(failure, source=source))
+        log.error("%s", failure)
+        return 1
+    except Exception as error:  # a bug: still one line in the termination message, and a traceback in the log
+        log.exception("import failed")
+        _write(termination, c.failure_message(ImportFailed(Reason.InternalError, f"{type(error).__name__}: {error}"),
+                                              source=source))
+        return 1
+    _write(termination, c.success_message(preallocation_applied=result.preallocation_applied, labels=result.labels))
+    log.info("import complete: %s %s bytes into %s", result.format, result.virtual_size, result.target)
+    return 0
+
+
+def _log_progress(snapshot: Snapshot) -> None:
+    log.info("%s %.2f%% (%d bytes)", snapshot.phase, snapshot.percent, snapshot.done_bytes)
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as error:
+        log.warning("cannot write termination message to %s: %s", path, error)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

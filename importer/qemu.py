@@ -1,0 +1,53 @@
+"""qemu-img, run the way CDI runs it (cdi-facts §3.5) but fenced in: explicit input format, resource limits."""
+
+from __future__ import annotations
+
+import re
+import resource
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from importer.errors import ImportFailed, Reason
+
+QEMU_IMG = "qemu-img"
+# A hostile image must not be able to make qemu-img eat the node: cap its address space and CPU time.
+MEMORY_LIMIT = 2 << 30
+CPU_SECONDS = 6 * 3600
+_PROGRESS = re.compile(rb"\((\d+(?:\.\d+)?)/100%\)")
+
+
+def _limits() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def convert(*, source: str, source_format: str, dest: Path, block: bool, preallocate: bool,
+            on_progress: Callable[[float], None]) -> subprocess.Popen[bytes]:
+    """Start ``qemu-img convert`` to raw; returns the running process (see :func:`wait`)."""
+    args = [QEMU_IMG, "convert", "-p", "-t", "writeback", "-W", "-f", source_format, "-O", "raw"]
+    if preallocate:
+        args += ["-S", "0"] if block else ["-o", "preallocation=falloc"]
+    args += [source, str(dest)]
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_limits)
+    process.on_progress = on_progress  # type: ignore[attr-defined]
+    return process
+
+
+def wait(process: subprocess.Popen[bytes]) -> None:
+    """Follow qemu-img's progress output until it exits; raise ConversionFailed with its own words."""
+    assert process.stdout is not None and process.stderr is not None
+    buffer = b""
+    while block := process.stdout.read1(4096):  # type: ignore[attr-defined]
+        buffer += block
+        *records, buffer = re.split(rb"[\r\n]", buffer)
+        for record in records:
+            match = _PROGRESS.search(record)
+            if match:
+                process.on_progress(float(match[1]))  # type: ignore[attr-defined]
+    err = process.stderr.read().decode(errors="replace")
+    if process.wait() != 0:
+        line = " ".join(err.split()) or f"exit status {process.returncode}"
+        raise ImportFailed(Reason.ConversionFailed, f"qemu-img convert: {line}"[:1000])
+
