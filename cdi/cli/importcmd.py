@@ -108,14 +108,13 @@ class _Bar:
 
     def __init__(self) -> None:
         self._bar = tqdm(total=100.0, unit="%", file=sys.stderr, dynamic_ncols=True,
-                         bar_format="{desc} {percentage:5.1f}%|{bar}| {postfix}")
+                         bar_format="{percentage:5.1f}%|{bar}| {desc}")
         self._shown = 0.0
 
     def __call__(self, snap: Snapshot) -> None:
-        self._bar.set_description_str(f"{snap.phase:<12}")
         rate = f"{snap.rate / (1 << 20):.1f} MiB/s"
-        eta = f" ETA {snap.eta:.0f}s" if snap.eta is not None else ""
-        self._bar.set_postfix_str(f"{snap.done_bytes >> 20} MiB {rate}{eta}", refresh=False)
+        eta = f" ETA {snap.eta:.0f}s" if snap.eta is not None and snap.phase != "Complete" else ""
+        self._bar.set_description_str(f"{snap.phase} {snap.done_bytes >> 20} MiB {rate}{eta}", refresh=False)
         self._bar.update(snap.percent - self._shown)
         self._shown = snap.percent
 
