@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from importer import nbd, qemu
+from importer.archive import Extraction
 from importer.checksum import Expected, Hashes
 from importer.contract import CONTENT_ARCHIVE, SOURCE_NONE
 from importer.decompress import decompressed
@@ -61,16 +62,21 @@ def run_import(request: ImportRequest, *, progress: Progress | None = None) -> I
     progress = progress or Progress()
     started = time.monotonic()
     expected = Expected(request.checksum) if request.checksum else None
-    if request.content_type == CONTENT_ARCHIVE:
-        raise ImportFailed(Reason.UnsupportedFormat, "archive content is not supported yet")
     target = open_target(request.dest, size=request.size, overhead=request.filesystem_overhead)
     if request.source == SOURCE_NONE:
+        if request.content_type == CONTENT_ARCHIVE:
+            raise ImportFailed(Reason.InvalidArgument, "Cannot create empty disk with content type archive")
         return _blank(request, target, started=started, progress=progress)
+    if request.content_type == CONTENT_ARCHIVE and target.kind != "filesystem":
+        raise ImportFailed(Reason.InvalidArgument, "archive content needs a directory (a Filesystem volume)")
     source = open_source(request.source, request.options)
     try:
         transfer = Transfer(source, retry=request.retry)
         hashes = Hashes(expected)
         layers, plain = decompressed(_tapped(transfer, hashes, progress))
+        if request.content_type == CONTENT_ARCHIVE:
+            return _archive(plain, target, transfer=transfer, hashes=hashes, layers=layers, started=started,
+                            progress=progress)
         collector = HeaderCollector()
         head_chunks: list[bytes] = []
         whole = True  # the stream ended before the header was complete: it is all in head_chunks
@@ -105,6 +111,24 @@ def run_import(request: ImportRequest, *, progress: Progress | None = None) -> I
         bytes_refetched=transfer.refetched, resumes=transfer.resumes, source_sha256=hashes.sha256.hexdigest(),
         target=str(target.final_path), duration_s=round(time.monotonic() - started, 3),
         preallocation_applied=request.preallocation, labels=dict(transfer.probe.labels), compression=layers)
+
+
+def _archive(plain: Iterator[bytes], target: Target, *, transfer: Transfer, hashes: Hashes, layers: list[str],
+             started: float, progress: Progress) -> ImportResult:
+    extraction = Extraction(target.final_path.parent, capacity=target.capacity)
+    try:
+        extraction.extract(plain)
+        hashes.verify()
+        extraction.publish()
+    except BaseException:
+        extraction.discard()
+        raise
+    progress.complete()
+    return ImportResult(
+        format="archive", virtual_size=extraction.content_bytes, bytes_transferred=transfer.received,
+        bytes_refetched=transfer.refetched, resumes=transfer.resumes, source_sha256=hashes.sha256.hexdigest(),
+        target=str(target.final_path.parent), duration_s=round(time.monotonic() - started, 3),
+        preallocation_applied=False, labels=dict(transfer.probe.labels), compression=layers)
 
 
 def _tapped(transfer: Transfer, hashes: Hashes, progress: Progress) -> Iterator[bytes]:
