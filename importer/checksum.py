@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import queue
+import threading
 
 from importer.errors import ImportFailed, Reason
 
@@ -28,19 +30,41 @@ class Expected:
 
 
 class Hashes:
-    """sha256 always (reported), plus the expected algorithm when another was asked for."""
+    """sha256 always (reported), plus the expected algorithm when another was asked for.
+
+    Hashing runs in its own thread (hashlib releases the GIL): at 1.7 GB/s sha256 would otherwise take a
+    third of the download thread's time on a fast link.
+    """
 
     def __init__(self, expected: Expected | None) -> None:
-        self.sha256 = hashlib.sha256()
-        self.other = hashlib.new(expected.algorithm) if expected and expected.algorithm != "sha256" else None
+        self._sha256 = hashlib.sha256()
+        self._other = hashlib.new(expected.algorithm) if expected and expected.algorithm != "sha256" else None
         self.expected = expected
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=32)
+        self._thread = threading.Thread(target=self._run, name="hash", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            self._sha256.update(chunk)
+            if self._other is not None:
+                self._other.update(chunk)
 
     def update(self, chunk: bytes) -> None:
-        self.sha256.update(chunk)
-        if self.other is not None:
-            self.other.update(chunk)
+        self._queue.put(chunk)
+
+    def close(self) -> None:
+        """Wait for the hashes to catch up; safe to call more than once."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def sha256(self) -> str:
+        self.close()
+        return self._sha256.hexdigest()
 
     def verify(self) -> None:
+        self.close()
         if self.expected is not None:
-            actual = self.other.hexdigest() if self.other is not None else self.sha256.hexdigest()
+            actual = (self._other or self._sha256).hexdigest()
             self.expected.verify(actual)

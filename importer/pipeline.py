@@ -70,9 +70,9 @@ def run_import(request: ImportRequest, *, progress: Progress | None = None) -> I
     if request.content_type == CONTENT_ARCHIVE and target.kind != "filesystem":
         raise ImportFailed(Reason.InvalidArgument, "archive content needs a directory (a Filesystem volume)")
     source = open_source(request.source, request.options)
+    hashes = Hashes(expected)
     try:
         transfer = Transfer(source, retry=request.retry)
-        hashes = Hashes(expected)
         layers, plain = decompressed(_tapped(transfer, hashes, progress))
         if request.content_type == CONTENT_ARCHIVE:
             return _archive(plain, target, transfer=transfer, hashes=hashes, layers=layers, started=started,
@@ -104,11 +104,12 @@ def run_import(request: ImportRequest, *, progress: Progress | None = None) -> I
             target.discard()
             raise
     finally:
+        hashes.close()
         source.close()
     progress.complete()
     return ImportResult(
         format=info.format, virtual_size=size, bytes_transferred=transfer.received,
-        bytes_refetched=transfer.refetched, resumes=transfer.resumes, source_sha256=hashes.sha256.hexdigest(),
+        bytes_refetched=transfer.refetched, resumes=transfer.resumes, source_sha256=hashes.sha256(),
         target=str(target.final_path), duration_s=round(time.monotonic() - started, 3),
         preallocation_applied=request.preallocation, labels=dict(transfer.probe.labels), compression=layers)
 
@@ -126,7 +127,7 @@ def _archive(plain: Iterator[bytes], target: Target, *, transfer: Transfer, hash
     progress.complete()
     return ImportResult(
         format="archive", virtual_size=extraction.content_bytes, bytes_transferred=transfer.received,
-        bytes_refetched=transfer.refetched, resumes=transfer.resumes, source_sha256=hashes.sha256.hexdigest(),
+        bytes_refetched=transfer.refetched, resumes=transfer.resumes, source_sha256=hashes.sha256(),
         target=str(target.final_path.parent), duration_s=round(time.monotonic() - started, 3),
         preallocation_applied=False, labels=dict(transfer.probe.labels), compression=layers)
 
