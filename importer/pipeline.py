@@ -25,7 +25,7 @@ from importer.formats import STRAIGHT, HeaderCollector, ImageInfo, StreamChecker
 from importer.progress import RESIZING, Progress
 from importer.sink import RawWriter
 from importer.sources import open_source
-from importer.sources.base import SourceOptions
+from importer.sources.base import Source, SourceOptions
 from importer.targets import Target, open_target
 from importer.transfer import RetryPolicy, Transfer
 
@@ -58,7 +58,8 @@ class ImportResult:
     compression: list[str]
 
 
-def run_import(request: ImportRequest, *, progress: Progress | None = None) -> ImportResult:
+def run_import(request: ImportRequest, *, progress: Progress | None = None, source: Source | None = None) -> ImportResult:
+    """Run one import. ``source`` overrides the one named by the request (the upload server passes its body)."""
     progress = progress or Progress()
     started = time.monotonic()
     expected = Expected(request.checksum) if request.checksum else None
@@ -69,7 +70,7 @@ def run_import(request: ImportRequest, *, progress: Progress | None = None) -> I
         return _blank(request, target, started=started, progress=progress)
     if request.content_type == CONTENT_ARCHIVE and target.kind != "filesystem":
         raise ImportFailed(Reason.InvalidArgument, "archive content needs a directory (a Filesystem volume)")
-    source = open_source(request.source, request.options)
+    source = source or open_source(request.source, request.options)
     hashes = Hashes(expected)
     try:
         transfer = Transfer(source, retry=request.retry)
