@@ -16,7 +16,9 @@ import os
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from importer.errors import ImportFailed, Reason
 
@@ -33,6 +35,15 @@ INFO_EXPORT = 0
 TFLAG_HAS_FLAGS, TFLAG_READ_ONLY = 1, 2
 CMD_READ, CMD_DISC = 0, 2
 MAX_READ = 32 << 20
+
+
+Sender = Callable[[socket.socket], None]
+
+
+class Export(Protocol):
+    """Bytes an NBD client may read; ``fetch`` returns how to send a range, or None if it cannot be had."""
+
+    def fetch(self, offset: int, length: int) -> Sender | None: ...
 
 
 class Staging:
@@ -68,6 +79,21 @@ class Staging:
                 self._cond.wait()
             return self.written >= end
 
+    def fetch(self, offset: int, length: int) -> Sender | None:
+        """Wait for the range; the sender copies it from the page cache straight into the socket."""
+        if not self.wait_for(offset + length):
+            return None
+
+        def send(conn: socket.socket) -> None:
+            sent = 0
+            while sent < length:
+                sent += os.sendfile(conn.fileno(), self.fd, offset + sent, length - sent)
+
+        return send
+
+    def drain(self) -> None:
+        """Nothing to release: a staging file never holds the download back."""
+
     def wait_done(self) -> int:
         with self._cond:
             while not self.done:
@@ -80,10 +106,10 @@ class Staging:
 
 
 class NbdServer:
-    """Serves one Staging file of a known size on a Unix socket, one thread per connection."""
+    """Serves one export of a known size on a Unix socket, one thread per connection."""
 
-    def __init__(self, staging: Staging, *, size: int, socket_path: Path) -> None:
-        self.staging = staging
+    def __init__(self, export: Export, *, size: int, socket_path: Path) -> None:
+        self.export = export
         self.size = size
         self.socket_path = socket_path
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -154,14 +180,12 @@ class NbdServer:
             if kind != CMD_READ:
                 conn.sendall(struct.pack(">IIQ", SIMPLE_REPLY_MAGIC, errno.EINVAL, handle))
                 continue
-            end = offset + length
-            if length > MAX_READ or end > self.size or not self.staging.wait_for(end):
+            sender = self.export.fetch(offset, length) if length <= MAX_READ and offset + length <= self.size else None
+            if sender is None:
                 conn.sendall(struct.pack(">IIQ", SIMPLE_REPLY_MAGIC, errno.EIO, handle))
                 continue
             conn.sendall(struct.pack(">IIQ", SIMPLE_REPLY_MAGIC, 0, handle))
-            sent = 0
-            while sent < length:
-                sent += os.sendfile(conn.fileno(), self.staging.fd, offset + sent, length - sent)
+            sender(conn)
 
 
 def _recv(conn: socket.socket, n: int) -> bytes:
@@ -174,9 +198,8 @@ def _recv(conn: socket.socket, n: int) -> bytes:
     return bytes(data)
 
 
-def staging_failed(staging: Staging) -> ImportFailed | None:
+def download_failed(error: BaseException | None) -> ImportFailed | None:
     """The download's failure, if it failed, for reporting instead of qemu-img's 'I/O error'."""
-    error = staging.error
     if isinstance(error, ImportFailed):
         return error
     if error is not None:

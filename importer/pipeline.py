@@ -28,6 +28,7 @@ from importer.sources import open_source
 from importer.sources.base import Source, SourceOptions
 from importer.targets import Target, open_target
 from importer.transfer import RetryPolicy, Transfer
+from importer.window import Window
 
 
 @dataclass(frozen=True)
@@ -96,8 +97,8 @@ def run_import(request: ImportRequest, *, progress: Progress | None = None, sour
                 size = _write_raw(stream, target, preallocate=request.preallocation)
             else:
                 known = transfer.size if not layers else None
-                size = _convert(stream, target, info=info, known_size=known, preallocate=request.preallocation,
-                                progress=progress)
+                size = _convert(stream, target, transfer=transfer, info=info, known_size=known,
+                                preallocate=request.preallocation, progress=progress)
             hashes.verify()
             progress.set_phase(RESIZING)
             target.finish(image_size=size)
@@ -149,11 +150,16 @@ def _write_raw(stream: Iterator[bytes], target: Target, *, preallocate: bool) ->
         writer.close()
 
 
-def _convert(stream: Iterator[bytes], target: Target, *, info: ImageInfo, known_size: int | None,
-             preallocate: bool, progress: Progress) -> int:
-    """Stage the image on the target's filesystem and convert it while it arrives."""
+def _convert(stream: Iterator[bytes], target: Target, *, transfer: Transfer, info: ImageInfo,
+             known_size: int | None, preallocate: bool, progress: Progress) -> int:
+    """Convert the image with qemu-img while it arrives, served over NBD from staging or a memory window."""
     workdir = Path(tempfile.mkdtemp(prefix=".cdi-staging-", dir=target.staging_dir()))
-    staging = nbd.Staging(workdir / "image")
+    buffer: nbd.Staging | Window
+    if target.is_block and known_size is not None and transfer.probe.resumable:
+        buffer = Window(size=known_size, read_range=transfer.read_range)
+    else:
+        # Block targets from a compressed or non-resumable stream stage in the importer's temp directory.
+        buffer = nbd.Staging(workdir / "image")
     checker = StreamChecker(info.format)
     cancel = threading.Event()
 
@@ -163,47 +169,48 @@ def _convert(stream: Iterator[bytes], target: Target, *, info: ImageInfo, known_
                 if cancel.is_set():
                     raise ImportFailed(Reason.ConversionFailed, "cancelled")
                 checker.feed(chunk)
-                staging.append(chunk)
+                buffer.append(chunk)
             checker.finish()
-            staging.finish()
-        except BaseException as error:  # handed to the main thread through the staging object
-            staging.finish(error)
+            buffer.finish()
+        except BaseException as error:  # handed to the main thread through the buffer
+            buffer.finish(error)
 
     downloader = threading.Thread(target=download, name="download", daemon=True)
     downloader.start()
     server = None
     try:
-        size = known_size if known_size is not None else staging.wait_done()
-        _raise_download_error(staging)
-        server = nbd.NbdServer(staging, size=size, socket_path=workdir / "nbd.sock")
+        size = known_size if known_size is not None else buffer.wait_done()
+        _raise_download_error(buffer)
+        server = nbd.NbdServer(buffer, size=size, socket_path=workdir / "nbd.sock")
         process = qemu.convert(source=server.url, source_format=info.format, dest=target.work_path,
                                block=target.is_block, preallocate=preallocate, on_progress=progress.converting)
         try:
             qemu.wait(process)
         except ImportFailed:
-            _raise_download_error(staging)
+            _raise_download_error(buffer)
             raise
         finally:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-        staging.wait_done()
-        _raise_download_error(staging)
-        if staging.written != size:
-            raise ImportFailed(Reason.TransferFailed, f"received {staging.written} bytes, expected {size}")
+        buffer.drain()
+        buffer.wait_done()
+        _raise_download_error(buffer)
+        if buffer.written != size:
+            raise ImportFailed(Reason.TransferFailed, f"received {buffer.written} bytes, expected {size}")
         return int(info.virtual_size or 0)
     finally:
         cancel.set()
         if server is not None:
             server.close()
-        staging.finish(staging.error)
+        buffer.finish(buffer.error)
         downloader.join()
-        staging.close()
+        buffer.close()
         workdir.rmdir()
 
 
-def _raise_download_error(staging: nbd.Staging) -> None:
-    error = nbd.staging_failed(staging)
+def _raise_download_error(buffer: nbd.Staging | Window) -> None:
+    error = nbd.download_failed(buffer.error)
     if error is not None:
         raise error
 

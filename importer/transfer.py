@@ -78,6 +78,25 @@ class Transfer:
                 continue
             return
 
+    def read_range(self, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset`` on a connection of their own (for random access beside the stream)."""
+        failures = 0
+        started = time.monotonic()
+        while True:
+            out = bytearray()
+            stream = self.source.stream(offset)
+            try:
+                for chunk in stream:
+                    out += chunk
+                    if len(out) >= length:
+                        break
+                return bytes(out[:length])
+            except Transient as error:
+                failures += 1
+                self._give_up_or_wait(error, failures=failures, last_progress=started)
+            finally:
+                stream.close()  # type: ignore[attr-defined]
+
     def _with_retries(self, call: Callable[[], Probe]) -> Probe:
         failures = 0
         started = time.monotonic()
