@@ -155,10 +155,10 @@ def _convert(stream: Iterator[bytes], target: Target, *, transfer: Transfer, inf
     """Convert the image with qemu-img while it arrives, served over NBD from staging or a memory window."""
     workdir = Path(tempfile.mkdtemp(prefix=".cdi-staging-", dir=target.staging_dir()))
     buffer: nbd.Staging | Window
-    if target.is_block and known_size is not None and transfer.probe.resumable:
+    if known_size is not None and transfer.probe.resumable:
         buffer = Window(size=known_size, read_range=transfer.read_range)
     else:
-        # Block targets from a compressed or non-resumable stream stage in the importer's temp directory.
+        # Compressed or non-resumable: stage on the target's filesystem (Block: the importer's temp directory).
         buffer = nbd.Staging(workdir / "image")
     checker = StreamChecker(info.format)
     cancel = threading.Event()

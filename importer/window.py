@@ -94,20 +94,22 @@ class Window:
             return None
         return _sender(data) if len(data) == length else None
 
-    def _copy(self, offset: int, end: int) -> bytes:
+    def _copy(self, offset: int, end: int) -> list[memoryview]:
+        """Views of the held chunks covering the range: sent without copying them first."""
         i = bisect.bisect_right(self._starts, offset) - 1
         parts = []
         while offset < end:
             start, chunk = self._starts[i], self._chunks[i]
-            piece = chunk[offset - start : end - start]
+            piece = memoryview(chunk)[offset - start : end - start]
             parts.append(piece)
             offset += len(piece)
             i += 1
-        return b"".join(parts)
+        return parts
 
 
-def _sender(data: bytes) -> Sender:
+def _sender(parts: list[memoryview] | bytes) -> Sender:
     def send(conn: socket.socket) -> None:
-        conn.sendall(data)
+        for part in [parts] if isinstance(parts, bytes) else parts:
+            conn.sendall(part)
 
     return send
