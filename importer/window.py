@@ -1,8 +1,8 @@
-"""An NBD export for Block targets that needs no staging space: a sliding window over the download.
+"""An NBD export that needs no staging space at all: a sliding memory window over the download.
 
-A block device has no filesystem to stage a qcow2 on. When the source can be read by range (HTTP Range,
-S3 ranged GET) and arrives uncompressed, the sequential download keeps only its last ``span`` bytes in
-memory; qemu-img's reads are served from there, wait for the download when they are just ahead of it,
+When the source can be read by range (HTTP Range, S3 ranged GET) and arrives uncompressed, nothing is
+written but the result (a block device has no filesystem to stage on anyway): the sequential download
+keeps only a window of bytes in memory; qemu-img's reads are served from there, wait for the download when they are just ahead of it,
 and are fetched on their own by range when they fall outside. Images written by qemu-img keep data in
 guest order, so nearly every read hits the window and the image crosses the network about once, while
 the sequential stream still feeds the checksum. The download pauses when it runs a window ahead of
