@@ -16,6 +16,7 @@ from pathlib import Path
 from importer.errors import ImportFailed, Reason
 
 BLOCK = 64 << 10
+SECTOR = 512
 _ZERO = bytes(BLOCK)
 BLKZEROOUT = 0x127F
 
@@ -32,9 +33,11 @@ class RawWriter:
         self._zero_start: int | None = None
 
     def write_all(self, chunks: Iterable[bytes]) -> int:
-        """Write the stream; returns its length. The caller closes."""
+        """Write the stream, padded with zeros to a whole sector as qemu sees raw images; returns that size."""
         for chunk in chunks:
             self.write(chunk)
+        if self.offset % SECTOR:
+            self.write(bytes(SECTOR - self.offset % SECTOR))
         self._flush_zeros()
         return self.offset
 

@@ -32,7 +32,8 @@ class HttpSource(Source):
         self.options = options
         self.policy = UrlPolicy.from_lists(allow=options.url_allow, deny=options.url_deny)
         self.session = requests.Session()
-        self.session.verify = verify_setting(cert_dir=options.cert_dir, insecure=options.insecure)
+        # Passed on every request: a Session-level setting loses to REQUESTS_CA_BUNDLE in requests.
+        self.verify = verify_setting(cert_dir=options.cert_dir, insecure=options.insecure)
         if options.insecure:
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         self.final_url = options.url
@@ -116,7 +117,7 @@ class HttpSource(Source):
         timeout = (min(30.0, self.options.stall_timeout), self.options.stall_timeout)
         try:
             return self.session.get(url, headers=headers, auth=self._auth_for(url), stream=True,
-                                    allow_redirects=False, timeout=timeout)
+                                    allow_redirects=False, timeout=timeout, verify=self.verify)
         except requests.exceptions.SSLError as error:
             raise ImportFailed(Reason.TLSError, f"TLS with {_host(url)} failed: {_short(error)}") from error
         except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as error:
