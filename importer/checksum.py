@@ -6,10 +6,21 @@ import hashlib
 import hmac
 import queue
 import threading
+from pathlib import Path
 
 from importer.errors import ImportFailed, Reason
 
 ALGORITHMS = ("md5", "sha1", "sha256", "sha512")
+
+
+def file_sha256(path: Path, *, length: int) -> str:
+    """sha256 of a file's first ``length`` bytes (a disk.img is larger than the image it holds)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while length > 0 and (block := f.read(min(length, 1 << 20))):
+            digest.update(block)
+            length -= len(block)
+    return digest.hexdigest()
 
 
 class Expected:

@@ -46,16 +46,35 @@ class Export(Protocol):
     def fetch(self, offset: int, length: int) -> Sender | None: ...
 
 
-class Staging:
-    """An append-only file whose readers wait for the bytes they want."""
+class Arrival:
+    """The state of a stream arriving from the download thread, shared with the threads that read it."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    def __init__(self) -> None:
         self.written = 0
         self.done = False
         self.error: BaseException | None = None
         self._cond = threading.Condition()
+
+    def finish(self, error: BaseException | None = None) -> None:
+        with self._cond:
+            self.done = True
+            self.error = error
+            self._cond.notify_all()
+
+    def wait_done(self) -> int:
+        with self._cond:
+            while not self.done:
+                self._cond.wait()
+            return self.written
+
+
+class Staging(Arrival):
+    """An append-only file whose readers wait for the bytes they want."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
 
     def append(self, chunk: bytes) -> None:
         view = memoryview(chunk)
@@ -64,12 +83,6 @@ class Staging:
             view = view[n:]
         with self._cond:
             self.written += len(chunk)
-            self._cond.notify_all()
-
-    def finish(self, error: BaseException | None = None) -> None:
-        with self._cond:
-            self.done = True
-            self.error = error
             self._cond.notify_all()
 
     def wait_for(self, end: int) -> bool:
@@ -93,12 +106,6 @@ class Staging:
 
     def drain(self) -> None:
         """Nothing to release: a staging file never holds the download back."""
-
-    def wait_done(self) -> int:
-        with self._cond:
-            while not self.done:
-                self._cond.wait()
-            return self.written
 
     def close(self) -> None:
         os.close(self.fd)

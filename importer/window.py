@@ -13,32 +13,28 @@ from __future__ import annotations
 
 import bisect
 import socket
-import threading
 from collections.abc import Callable
 
-from importer.nbd import Sender
+from importer.nbd import Arrival, Sender
 
 SPAN = 64 << 20  # how far the download may run ahead of qemu-img's reads
 BEHIND = 32 << 20  # how much already-read data is kept for qemu-img's out-of-order (-W) reads
 LOOKAHEAD = 128 << 20  # a read further ahead than this is fetched by range instead of waited for
 
 
-class Window:
+class Window(Arrival):
     def __init__(self, *, size: int, read_range: Callable[[int, int], bytes], span: int = SPAN,
                  behind: int = BEHIND, lookahead: int = LOOKAHEAD) -> None:
         self.size = size
         self.span = span
         self.behind = behind
         self.lookahead = lookahead
+        super().__init__()
         self._read_range = read_range
         self._starts: list[int] = []
         self._chunks: list[bytes] = []
-        self.written = 0
         self.consumer = 0  # end of the furthest read asked for
-        self.done = False
-        self.error: BaseException | None = None
         self.draining = False  # qemu-img is done: the rest is only read for the checksum
-        self._cond = threading.Condition()
 
     def append(self, chunk: bytes) -> None:
         with self._cond:
@@ -57,18 +53,6 @@ class Window:
         with self._cond:
             self.draining = True
             self._cond.notify_all()
-
-    def finish(self, error: BaseException | None = None) -> None:
-        with self._cond:
-            self.done = True
-            self.error = error
-            self._cond.notify_all()
-
-    def wait_done(self) -> int:
-        with self._cond:
-            while not self.done:
-                self._cond.wait()
-            return self.written
 
     def close(self) -> None:
         self.finish(self.error)

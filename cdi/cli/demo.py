@@ -7,7 +7,6 @@ the same disk by comparing it with `qemu-img convert` of the same qcow2.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from cdi.cli.main import main as cdi_main
+from importer.checksum import file_sha256
 from cdi.cli.rangeserver import RangeServer
 
 IMAGE_MIB = 256
@@ -32,15 +32,6 @@ def build_image(workdir: Path) -> Path:
     qcow2.parent.mkdir()
     subprocess.run(["qemu-img", "convert", "-c", "-f", "raw", "-O", "qcow2", str(raw), str(qcow2)], check=True)
     return qcow2
-
-
-def sha256_prefix(path: Path, length: int) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while length > 0 and (block := f.read(min(length, 1 << 20))):
-            digest.update(block)
-            length -= len(block)
-    return digest.hexdigest()
 
 
 def main() -> int:
@@ -74,7 +65,7 @@ def _demo(workdir: Path) -> int:
     expected = workdir / "expected.raw"
     subprocess.run(["qemu-img", "convert", "-f", "qcow2", "-O", "raw", str(qcow2), str(expected)], check=True)
     size = expected.stat().st_size
-    ours, theirs = sha256_prefix(disk, size), sha256_prefix(expected, size)
+    ours, theirs = file_sha256(disk, length=size), file_sha256(expected, length=size)
     allocated = disk.stat().st_blocks * 512
     print(f"\nraw image: {disk} ({disk.stat().st_size} bytes, {allocated >> 20} MiB allocated, mode "
           f"{oct(disk.stat().st_mode & 0o777)})")

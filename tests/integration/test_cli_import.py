@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from importer.checksum import file_sha256
 from tests.support import imaging
 from tests.support.certs import make_ca
 from tests.support.httpfault import Behaviour, FaultServer
@@ -107,7 +108,7 @@ def failed(result: subprocess.CompletedProcess[str], reason: str) -> str:
 def assert_same_disk(result_path: Path, image: Path, images: Path, *, exact: bool = False) -> None:
     expected = imaging.expected_raw(image, images)
     size = expected.stat().st_size
-    assert imaging.sha256_prefix(result_path, size) == imaging.sha256_prefix(expected, size)
+    assert file_sha256(result_path, length=size) == file_sha256(expected, length=size)
     if exact:
         assert result_path.stat().st_size == size
     elif result_path.is_file():
@@ -132,7 +133,7 @@ def test_every_format_and_compression_into_a_directory(name, server, images, tmp
     assert_same_disk(disk, images / decompressed_name(name), images)
     assert disk.stat().st_size == 60 << 20  # CDI: floor_MiB(ceil(64 MiB / 1.06))
     assert oct(disk.stat().st_mode & 0o777) == "0o660"
-    assert out["source_sha256"] == imaging.sha256_prefix(images / name, (images / name).stat().st_size)
+    assert out["source_sha256"] == file_sha256(images / name, length=(images / name).stat().st_size)
     assert out["bytes_transferred"] == (images / name).stat().st_size
     assert [p.name for p in tmp_path.iterdir()] == ["disk.img"]
 

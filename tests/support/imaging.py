@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import bz2
 import gzip
-import hashlib
 import lzma
 import os
 import random
@@ -49,15 +48,6 @@ def expected_raw(image: Path, workdir: Path) -> Path:
     if not out.exists():
         subprocess.run(["qemu-img", "convert", "-q", "-O", "raw", str(image), str(out)], check=True)
     return out
-
-
-def sha256_prefix(path: Path, length: int) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while length > 0 and (block := f.read(min(length, 1 << 20))):
-            digest.update(block)
-            length -= len(block)
-    return digest.hexdigest()
 
 
 def all_zero_after(path: Path, offset: int) -> bool:
