@@ -40,6 +40,7 @@ def register(commands: Any) -> None:
     p.add_argument("--preallocation", action="store_true", help="allocate every block of the target")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--architecture", help="registry images: the platform to pick from an index (default: this machine's)")
     p.add_argument("--stall-timeout", type=float, default=600.0, help="seconds without data before giving up")
     p.add_argument("--allow-url", action="append", default=[], metavar="CIDR|HOST", help="always allow this host")
     p.add_argument("--deny-url", action="append", default=[], metavar="CIDR|HOST",
@@ -83,6 +84,7 @@ def _request(args: argparse.Namespace) -> ImportRequest:
     options = SourceOptions(
         url=args.url, access_key=os.environ.get(ACCESS_KEY_ENV, ""), secret_key=os.environ.get(SECRET_KEY_ENV, ""),
         cert_dir=args.cert_dir, insecure=args.insecure, headers=tuple(headers), stall_timeout=args.stall_timeout,
+        architecture=args.architecture,
         url_allow=tuple(args.allow_url), url_deny=tuple(args.deny_url))
     if not 0 <= args.filesystem_overhead < 1:
         raise ImportFailed(Reason.InvalidArgument, "--filesystem-overhead must be in [0, 1)")
