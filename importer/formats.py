@@ -26,8 +26,8 @@ _OSLO_NAME = {"qcow2": "qcow2", "vmdk": "vmdk", "vdi": "vdi", "vpc": "vhd", "vhd
 _REFUSED = {b"QED\x00": "qed", b"LUKS\xba\xbe": "luks"}
 # The inspector feeds itself region by region; one huge chunk would skip regions found inside it (VHDX).
 _FEED = 64 << 10
-# The inspector logs each refusal as a warning; we report it once, as the import's failure reason.
-logging.getLogger(fi.__name__).setLevel(logging.ERROR)
+# The inspector logs each refusal; we report it once, as the import's failure reason.
+logging.getLogger(fi.__name__).setLevel(logging.CRITICAL)
 
 
 @dataclass(frozen=True)
@@ -106,10 +106,24 @@ def inspect(head: bytes, *, complete_stream: bool) -> ImageInfo:
     if not inspector.format_match:
         raise ImportFailed(Reason.UnsafeImage, f"malformed {name} header")
     _safety(inspector, name=name, ignore=() if complete_stream else ("footer",))
+    if name == "qcow2":
+        _qcow2_tables(head)
     size = inspector.virtual_size
     if not size:
         raise ImportFailed(Reason.UnsafeImage, f"{name} header gives no virtual size")
     return ImageInfo(format=name, virtual_size=int(size))
+
+
+def _qcow2_tables(head: bytes) -> None:
+    """Refuse an L1 table far larger than the virtual size needs: a small file that makes qemu-img allocate gigabytes."""
+    cluster_bits, size, _crypt, l1_size = struct.unpack(">IQIi", head[20:40])
+    if not 9 <= cluster_bits <= 21:
+        raise ImportFailed(Reason.UnsafeImage, f"qcow2 cluster size 2^{cluster_bits} is out of range")
+    per_l2 = (1 << cluster_bits) // 8
+    needed = -(-size // ((1 << cluster_bits) * per_l2))
+    if l1_size < 0 or l1_size > needed + 1:
+        raise ImportFailed(Reason.UnsafeImage, f"qcow2 L1 table of {l1_size} entries for a {size}-byte disk "
+                           f"(at most {needed} are needed)")
 
 
 class StreamChecker:

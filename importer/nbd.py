@@ -35,6 +35,8 @@ INFO_EXPORT = 0
 TFLAG_HAS_FLAGS, TFLAG_READ_ONLY = 1, 2
 CMD_READ, CMD_DISC = 0, 2
 MAX_READ = 32 << 20
+SECTOR = 512
+TRUNCATION_SLACK = 1 << 30
 
 
 Sender = Callable[[socket.socket], None]
@@ -115,9 +117,15 @@ class Staging(Arrival):
 class NbdServer:
     """Serves one export of a known size on a Unix socket, one thread per connection."""
 
-    def __init__(self, export: Export, *, size: int, socket_path: Path) -> None:
+    def __init__(self, export: Export, *, size: int, socket_path: Path, slack: int = 0) -> None:
+        """``size`` is the image's; the export is sector-aligned like a local file, with zeros in the padding
+        (qemu's NBD client hangs on an unaligned export). ``slack`` advertises more than that, so a read past
+        the end, which a local file would quietly answer with zeros, reaches us and fails: a truncated image."""
         self.export = export
         self.size = size
+        self.padded = -(-size // SECTOR) * SECTOR
+        self.advertised = self.padded + slack
+        self.read_past_end = False
         self.socket_path = socket_path
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(str(socket_path))
@@ -158,7 +166,7 @@ class NbdServer:
     def _handshake(self, conn: socket.socket) -> bool:
         conn.sendall(struct.pack(">QQH", NBDMAGIC, IHAVEOPT, FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES))
         (client_flags,) = struct.unpack(">I", _recv(conn, 4))
-        export_info = struct.pack(">QH", self.size, TFLAG_HAS_FLAGS | TFLAG_READ_ONLY)
+        export_info = struct.pack(">QH", self.advertised, TFLAG_HAS_FLAGS | TFLAG_READ_ONLY)
         while True:
             magic, option, length = struct.unpack(">QII", _recv(conn, 16))
             if magic != IHAVEOPT:
@@ -179,6 +187,17 @@ class NbdServer:
                 return False
             conn.sendall(struct.pack(">QIII", REPLY_MAGIC, option, REP_ERR_UNSUP, 0))
 
+    def _fetch(self, offset: int, length: int) -> Sender | None:
+        end = offset + length
+        if length > MAX_READ or end > self.padded:
+            self.read_past_end = self.read_past_end or end > self.padded
+            return None
+        if end <= self.size:
+            return self.export.fetch(offset, length)
+        inside = max(0, self.size - offset)
+        head = self.export.fetch(offset, inside) if inside else (lambda conn: None)
+        return _padded_sender(head, length - inside)
+
     def _transmission(self, conn: socket.socket) -> None:
         while True:
             magic, _flags, kind, handle, offset, length = struct.unpack(">IHHQQI", _recv(conn, 28))
@@ -187,12 +206,23 @@ class NbdServer:
             if kind != CMD_READ:
                 conn.sendall(struct.pack(">IIQ", SIMPLE_REPLY_MAGIC, errno.EINVAL, handle))
                 continue
-            sender = self.export.fetch(offset, length) if length <= MAX_READ and offset + length <= self.size else None
+            sender = self._fetch(offset, length)
             if sender is None:
                 conn.sendall(struct.pack(">IIQ", SIMPLE_REPLY_MAGIC, errno.EIO, handle))
                 continue
             conn.sendall(struct.pack(">IIQ", SIMPLE_REPLY_MAGIC, 0, handle))
             sender(conn)
+
+
+def _padded_sender(sender: Sender | None, zeros: int) -> Sender | None:
+    if sender is None or not zeros:
+        return sender
+
+    def send(conn: socket.socket) -> None:
+        sender(conn)
+        conn.sendall(bytes(zeros))
+
+    return send
 
 
 def _recv(conn: socket.socket, n: int) -> bytes:

@@ -181,13 +181,18 @@ def _convert(stream: Iterator[bytes], target: Target, *, transfer: Transfer, inf
     try:
         size = known_size if known_size is not None else buffer.wait_done()
         _raise_download_error(buffer)
-        server = nbd.NbdServer(buffer, size=size, socket_path=workdir / "nbd.sock")
+        # qcow2 never reads past what its tables reference; other formats find footers at the end of the file.
+        slack = nbd.TRUNCATION_SLACK if info.format == "qcow2" else 0
+        server = nbd.NbdServer(buffer, size=size, socket_path=workdir / "nbd.sock", slack=slack)
         process = qemu.convert(source=server.url, source_format=info.format, dest=target.work_path,
                                block=target.is_block, preallocate=preallocate, on_progress=progress.converting)
         try:
             qemu.wait(process)
-        except ImportFailed:
+        except ImportFailed as failure:
             _raise_download_error(buffer)
+            if server.read_past_end:
+                raise ImportFailed(Reason.ConversionFailed, f"the {info.format} image is truncated: its tables point "
+                                   f"past its end ({size} bytes)") from failure
             raise
         finally:
             if process.poll() is None:
