@@ -55,6 +55,7 @@ def from_env(env: Mapping[str, str]) -> ImportRequest:
         filesystem_overhead=float(env.get(c.FILESYSTEM_OVERHEAD, "") or 0),
         preallocation=_flag(env, c.PREALLOCATION),
         retry=RetryPolicy(stall_timeout=stall),
+        report_sha256=False,
     )
 
 

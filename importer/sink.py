@@ -18,6 +18,8 @@ from importer.errors import ImportFailed, Reason
 BLOCK = 64 << 10
 SECTOR = 512
 _ZERO = bytes(BLOCK)
+# Compared through memoryviews: memcmp that stops at the first non-zero byte, and no slice copies.
+_ZEROS = memoryview(bytes(4 << 20))
 BLKZEROOUT = 0x127F
 
 
@@ -45,18 +47,18 @@ class RawWriter:
         end = self.offset + len(chunk)
         if self.limit is not None and end > self.limit:
             raise ImportFailed(Reason.TargetTooSmall, f"the image is larger than the target ({self.limit} bytes)")
-        if self.preallocate or (chunk != _ZERO[: len(chunk)] if len(chunk) <= BLOCK else chunk.count(0) != len(chunk)):
-            self._write_mixed(chunk)
+        view = memoryview(chunk)
+        if self.preallocate or len(view) > len(_ZEROS) or view != _ZEROS[: len(view)]:
+            self._write_mixed(view)
         else:
             self._zero(self.offset, len(chunk))
         self.offset = end
 
-    def _write_mixed(self, chunk: bytes) -> None:
-        view = memoryview(chunk)
-        for at in range(0, len(chunk), BLOCK):
+    def _write_mixed(self, view: memoryview) -> None:
+        for at in range(0, len(view), BLOCK):
             piece = view[at : at + BLOCK]
             position = self.offset + at
-            if not self.preallocate and piece == _ZERO[: len(piece)]:
+            if not self.preallocate and piece == _ZEROS[: len(piece)]:
                 self._zero(position, len(piece))
                 continue
             self._flush_zeros(upto=position)

@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 from importer.nbd import Arrival, Sender
 
-SPAN = 64 << 20  # how far the download may run ahead of qemu-img's reads
-BEHIND = 32 << 20  # how much already-read data is kept for qemu-img's out-of-order (-W) reads
+SPAN = 32 << 20  # how far the download may run ahead of qemu-img's reads
+BEHIND = 16 << 20  # how much already-read data is kept for qemu-img's out-of-order (-W) reads
 LOOKAHEAD = 128 << 20  # a read further ahead than this is fetched by range instead of waited for
 
 
