@@ -80,3 +80,13 @@ def test_into_a_block_device_holding_old_data(name: str, images: ImageSet, nginx
         assert f.seek(0, os.SEEK_END) == 16 * MiB  # never resized
     assert out["target"] == str(device)
     assert out["format"] == images.format_of(name)
+
+
+@pytest.mark.parametrize("name", ["disk.raw", "disk.qcow2"])
+def test_preallocation_allocates_the_whole_disk_img(name: str, images: ImageSet, nginx_server: NginxServer,
+                                                    tmp_path: Path) -> None:
+    succeeded(cdi_import("--url", nginx_server.url(nginx_server.publish(images.path(name))), "--dest", str(tmp_path),
+                         "--size", "16Mi", "--preallocation"))
+    disk = tmp_path / "disk.img"
+    images.assert_imported(disk, name)
+    assert allocated(disk) >= disk.stat().st_size  # as CDI's resize with --preallocation=falloc leaves it
