@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,8 +33,9 @@ def test_drops_at_a_quarter_half_and_three_quarters_resume(name: str, images: Im
     assert out["bytes_transferred"] == size + out["bytes_refetched"]
     fault_server.wait_idle()
     assert fault_server.sent(name) == out["bytes_transferred"]
-    resumed = [r.headers.get("range", "") for r in fault_server.requests_for(name)]
-    assert sum(h.startswith("bytes=") and h != "bytes=0-" for h in resumed) >= 3
+    requests = fault_server.requests_for(name)
+    assert sum(r.headers.get("range", "bytes=0-") != "bytes=0-" for r in requests) >= 3
+    assert {r.method for r in requests} == {"GET"}  # presigned URLs are often valid for GET only (cdi#2737)
 
 
 def test_drops_keep_the_checksum_of_the_bytes_served(images: ImageSet, fault_server: FaultServer,
@@ -116,9 +118,9 @@ def test_missing_file_is_not_found_at_once(fault_server: FaultServer, tmp_path: 
     assert list(tmp_path.iterdir()) == []
 
 
-def test_basic_auth(images: ImageSet, fault_server: FaultServer, tmp_path: Path) -> None:
+def test_basic_auth(images: ImageSet, make_fault_server: Callable[..., FaultServer], tmp_path: Path) -> None:
+    fault_server = make_fault_server(default=Behaviour(basic_auth=("tester", "s3cret")))
     fault_server.publish(images.path("disk.qcow2"))
-    fault_server.behaviours["disk.qcow2"] = Behaviour(basic_auth=("tester", "s3cret"))
     failed(cdi_import("--url", fault_server.url("disk.qcow2"), "--dest", str(tmp_path)), "Unauthorized")
     assert len(fault_server.requests_for("disk.qcow2")) == 1
     assert list(tmp_path.iterdir()) == []
