@@ -38,6 +38,20 @@ def test_drops_at_a_quarter_half_and_three_quarters_resume(name: str, images: Im
     assert {r.method for r in requests} == {"GET"}  # presigned URLs are often valid for GET only (cdi#2737)
 
 
+@pytest.mark.parametrize("kind", ["file", "block"])
+@pytest.mark.parametrize("name", ["disk.qcow2", "disk.vhdx", "disk.raw.gz"])
+def test_drops_into_a_raw_file_or_block_device(kind: str, name: str, images: ImageSet, fault_server: FaultServer,
+                                               loop_device, tmp_path: Path) -> None:
+    """Other targets take other paths through the importer (a file of the virtual size; a memory window)."""
+    dest = loop_device(16 * MiB, old_data=True) if kind == "block" else tmp_path / "out.raw"
+    size = images.path(name).stat().st_size
+    fault_server.publish(images.path(name))
+    fault_server.behaviours[name] = Behaviour(drop_at=[size // 4, size // 2, size * 3 // 4])
+    out = succeeded(cdi_import("--url", fault_server.url(name), "--dest", str(dest)))
+    images.assert_imported(dest, name, exact_size=kind == "file")
+    assert out["resumes"] == 3 and out["bytes_refetched"] <= 3 * MiB
+
+
 def test_drops_keep_the_checksum_of_the_bytes_served(images: ImageSet, fault_server: FaultServer,
                                                      tmp_path: Path) -> None:
     served = images.path("disk.qcow2.xz")
