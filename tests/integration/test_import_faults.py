@@ -153,6 +153,13 @@ def test_stall_longer_than_the_timeout(images: ImageSet, fault_server: FaultServ
     assert list(tmp_path.iterdir()) == []
 
 
+def test_server_that_never_answers_times_out(fault_server: FaultServer, tmp_path: Path) -> None:
+    fault_server.default = Behaviour(silent_seconds=60)
+    failed(cdi_import("--url", fault_server.url("disk.qcow2"), "--dest", str(tmp_path), "--stall-timeout", "2"),
+           "Timeout")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_stall_shorter_than_the_timeout_is_waited_out(images: ImageSet, fault_server: FaultServer,
                                                       tmp_path: Path) -> None:
     name = "disk.raw"

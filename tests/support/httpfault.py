@@ -40,6 +40,7 @@ class Behaviour:
     basic_auth: tuple[str, str] | None = None  # 401 unless these credentials come with the request
     stall_after: int | None = None  # send this many body bytes, then nothing for stall_seconds
     stall_seconds: float = 30.0
+    silent_seconds: float = 0.0  # before answering at all (not even the status line), wait this long
     etag: str = '"v1"'
     # After ``replace_after`` requests the path serves this file instead, with ETag '"v2"': the source changed.
     replacement: Path | None = None
@@ -126,6 +127,8 @@ class FaultServer:
             error = behaviour.errors.pop(0) if behaviour.errors else None
             behaviour.served += 1
             changed = behaviour.replacement is not None and behaviour.served > behaviour.replace_after
+        if behaviour.silent_seconds and self._closing.wait(behaviour.silent_seconds):
+            return  # the server is closing: the client is long gone
         if behaviour.basic_auth is not None:
             expected = "Basic " + base64.b64encode(":".join(behaviour.basic_auth).encode()).decode()
             if handler.headers.get("Authorization") != expected:
