@@ -102,7 +102,7 @@ def run_import(request: ImportRequest, *, progress: Progress | None = None, sour
                                 preallocate=request.preallocation, progress=progress)
             hashes.verify()
             progress.set_phase(RESIZING)
-            target.finish(image_size=size)
+            target.finish(image_size=size, preallocate=request.preallocation)
         except BaseException:
             target.discard()
             raise
@@ -237,7 +237,7 @@ def _blank(request: ImportRequest, target: Target, *, started: float, progress: 
                 writer.write_all(iter([bytes(1 << 20)] * (size >> 20)))
         finally:
             writer.close()
-    target.finish(image_size=size)
+    target.finish(image_size=size, preallocate=request.preallocation)
     progress.complete()
     return ImportResult(format="raw", virtual_size=size, bytes_transferred=0, bytes_refetched=0, resumes=0,
                         source_sha256=None, target=str(target.final_path),

@@ -52,7 +52,7 @@ class Target:
             raise ImportFailed(Reason.TargetTooSmall, f"virtual image size {virtual_size} is larger than the reported "
                                f"available storage {self.capacity}. A larger PVC is required")
 
-    def finish(self, *, image_size: int, mode: int = 0o660) -> None:
+    def finish(self, *, image_size: int, preallocate: bool = False, mode: int = 0o660) -> None:
         """Size, flush and publish the result."""
         if self.is_block:
             _fsync_path(self.work_path)
@@ -62,6 +62,13 @@ class Target:
         current = self.work_path.stat().st_size
         if current < final or (self.kind == "file" and current != final):
             os.truncate(self.work_path, final)
+        if preallocate:
+            # The grown part too: preallocation promises the whole volume's blocks, not only the image's.
+            fd = os.open(self.work_path, os.O_WRONLY)
+            try:
+                os.posix_fallocate(fd, 0, max(final, current))
+            finally:
+                os.close(fd)
         os.chmod(self.work_path, mode)
         _fsync_path(self.work_path)
         os.replace(self.work_path, self.final_path)
