@@ -41,7 +41,7 @@ def test_drops_at_a_quarter_half_and_three_quarters_resume(name: str, images: Im
 @pytest.mark.parametrize("kind", ["file", "block"])
 @pytest.mark.parametrize("name", ["disk.qcow2", "disk.vhdx", "disk.raw.gz"])
 def test_drops_into_a_raw_file_or_block_device(kind: str, name: str, images: ImageSet, fault_server: FaultServer,
-                                               loop_device, tmp_path: Path) -> None:
+                                               loop_device: Callable[..., Path], tmp_path: Path) -> None:
     """Other targets take other paths through the importer (a file of the virtual size; a memory window)."""
     dest = loop_device(16 * MiB, old_data=True) if kind == "block" else tmp_path / "out.raw"
     size = images.path(name).stat().st_size

@@ -7,6 +7,7 @@ size and zeros after, whatever the target held before.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -71,7 +72,7 @@ def test_into_a_raw_file_of_a_given_size(images: ImageSet, nginx_server: NginxSe
 @pytest.mark.parametrize("name", ["disk.raw", "disk.raw.gz", "disk.raw.zst", "disk.qcow2", "disk-c.qcow2",
                                   "disk.qcow2.xz", "disk.vmdk", "disk.vdi", "disk.vhd", "disk.iso"])
 def test_into_a_block_device_holding_old_data(name: str, images: ImageSet, nginx_server: NginxServer,
-                                              loop_device) -> None:
+                                              loop_device: Callable[..., Path]) -> None:
     device = loop_device(16 * MiB, old_data=True)
     out = succeeded(cdi_import("--url", nginx_server.url(nginx_server.publish(images.path(name))),
                                "--dest", str(device)))

@@ -56,7 +56,8 @@ def test_insecure_tls(images: ImageSet, nginx_server: NginxServer, tmp_path: Pat
     images.assert_imported(tmp_path / "data" / "disk.img", "disk.vmdk")
 
 
-def test_block_volume(images: ImageSet, nginx_server: NginxServer, loop_device, tmp_path: Path) -> None:
+def test_block_volume(images: ImageSet, nginx_server: NginxServer, loop_device: Callable[..., Path],
+                      tmp_path: Path) -> None:
     device = loop_device(16 * MiB, old_data=True)
     url = nginx_server.url(nginx_server.publish(images.path("disk.qcow2")))
     result = run_importer_pod(pod_env(tmp_path, IMPORTER_ENDPOINT=url, IMPORTER_BLOCK_PATH=str(device),

@@ -20,8 +20,8 @@ CREDENTIALS = {"CDI_ACCESS_KEY_ID": "tester", "CDI_SECRET_KEY": "s3cret"}
 METADATA = "http://169.254.169.254/latest/meta-data/iam/security-credentials/"
 
 
-def test_tls_needs_the_servers_ca(images: ImageSet, nginx_server: NginxServer, tls_ca: certs.TestCA, other_ca: certs.TestCA,
-                                  tmp_path: Path) -> None:
+def test_tls_needs_the_servers_ca(images: ImageSet, nginx_server: NginxServer, tls_ca: certs.TestCA,
+                                  other_ca: certs.TestCA, tmp_path: Path) -> None:
     url = nginx_server.https_url(nginx_server.publish(images.path("disk.qcow2")))
     failed(cdi_import("--url", url, "--dest", str(tmp_path)), "TLSError")
     failed(cdi_import("--url", url, "--dest", str(tmp_path), "--cert-dir", str(other_ca.cert_dir)), "TLSError")
@@ -139,7 +139,7 @@ def test_image_bigger_than_the_raw_file_target(images: ImageSet, fault_server: F
 
 @pytest.mark.parametrize("name", ["disk.qcow2", "disk.raw"])
 def test_image_bigger_than_the_block_device(name: str, images: ImageSet, nginx_server: NginxServer,
-                                            loop_device) -> None:
+                                            loop_device: Callable[..., Path]) -> None:
     device = loop_device(4 * MiB)  # the images are over 6 MiB
     failed(cdi_import("--url", nginx_server.url(nginx_server.publish(images.path(name))), "--dest", str(device)),
            "TargetTooSmall")
@@ -156,7 +156,7 @@ def test_hostile_image_into_a_directory(name: str, images: ImageSet, nginx_serve
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_hostile_image_into_a_block_device(name: str, images: ImageSet, nginx_server: NginxServer,
-                                           loop_device) -> None:
+                                           loop_device: Callable[..., Path]) -> None:
     device = loop_device(16 * MiB)
     failed(cdi_import("--url", nginx_server.url(nginx_server.publish(images.path(name))), "--dest", str(device)),
            HOSTILE[name])
