@@ -194,3 +194,21 @@ def test_checksum_mismatch_is_not_retried(images: ImageSet, fault_server: FaultS
            "ChecksumMismatch")
     assert len([r for r in fault_server.requests_for("disk.raw") if "range" not in r.headers]) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_http_proxy_from_the_environment(images: ImageSet, fault_server: FaultServer,
+                                         make_fault_server: Callable[..., FaultServer], tmp_path: Path) -> None:
+    """The proxy answers from its own files, so only a request that went through it can succeed."""
+    proxy = fault_server
+    name = proxy.publish(images.path("disk.qcow2"))
+    origin = make_fault_server()
+    url = origin.url(name)  # origin has no such file: a direct request would get 404
+    succeeded(cdi_import("--url", url, "--dest", str(tmp_path),
+                         env={"http_proxy": f"http://127.0.0.1:{proxy.port}", "no_proxy": ""}))
+    images.assert_imported(tmp_path / "disk.img", name)
+    assert origin.requests == []
+    assert proxy.requests_for(name)[0].proxied_to == f"127.0.0.1:{origin.port}"
+    (tmp_path / "disk.img").unlink()
+    failed(cdi_import("--url", url, "--dest", str(tmp_path),
+                      env={"http_proxy": f"http://127.0.0.1:{proxy.port}", "no_proxy": "127.0.0.1"}), "NotFound")
+    assert len(origin.requests_for(name)) == 1

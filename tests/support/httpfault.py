@@ -4,6 +4,7 @@ a file that changes under the client, stalls.
 Real sockets on 127.0.0.1; the faults are the server misbehaving on purpose, which no well-behaved server
 (nginx) can be asked to do. Every request is recorded (method, path, headers) and every body byte that
 reached the socket is counted per path, so tests can assert what a client sent and how much it fetched.
+Named as a client's HTTP proxy, it answers absolute-form requests from its own files (a caching proxy).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from tests.support import files
 
@@ -27,6 +29,7 @@ class Request:
     method: str
     path: str
     headers: dict[str, str]  # names lower-cased
+    proxied_to: str = ""  # the host of an absolute-form request line: the client took us for its proxy
 
 
 @dataclass
@@ -120,9 +123,11 @@ class FaultServer:
                 self._lock.notify_all()
 
     def _respond(self, handler: BaseHTTPRequestHandler, *, body: bool) -> None:
-        path = handler.path.split("?")[0]
+        target = urlsplit(handler.path)  # "/disk.img", or "http://host/disk.img" when used as an HTTP proxy
+        path = target.path
         with self._lock:
-            self.requests.append(Request(handler.command, path, {k.lower(): v for k, v in handler.headers.items()}))
+            self.requests.append(Request(handler.command, path, {k.lower(): v for k, v in handler.headers.items()},
+                                         proxied_to=target.netloc))
             behaviour = self.behaviours.get(path.lstrip("/"), self.default) or Behaviour()
             error = behaviour.errors.pop(0) if behaviour.errors else None
             behaviour.served += 1
