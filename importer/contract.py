@@ -84,10 +84,12 @@ class Termination:
 
 
 def success_message(
-    *, preallocation_applied: bool, labels: dict[str, str] | None = None, message: str = IMPORT_COMPLETE
+    *, preallocation_applied: bool, labels: dict[str, str] | None = None, message: str = IMPORT_COMPLETE,
+    scratch_key: bool = True,
 ) -> str:
-    """CDI's JSON termination message for success, key order as CDI writes it."""
-    body: dict[str, object] = {"scratchSpaceRequired": False, "preallocationApplied": preallocation_applied}
+    """CDI's JSON termination message for success, key order as CDI writes it (blank and upload: no scratch key)."""
+    body: dict[str, object] = {"scratchSpaceRequired": False} if scratch_key else {}
+    body["preallocationApplied"] = preallocation_applied
     if labels:
         body["labels"] = labels
     body["message"] = message

@@ -40,7 +40,8 @@ def main() -> int:
         _write(termination, c.failure_message(ImportFailed(Reason.InternalError, f"{type(error).__name__}: {error}"),
                                               source=source))
         return 1
-    _write(termination, c.success_message(preallocation_applied=result.preallocation_applied, labels=result.labels))
+    _write(termination, c.success_message(preallocation_applied=result.preallocation_applied, labels=result.labels,
+                                          scratch_key=source != c.SOURCE_NONE))
     log.info("import complete: %s %s bytes into %s", result.format, result.virtual_size, result.target)
     return 0
 
