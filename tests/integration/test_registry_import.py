@@ -13,6 +13,7 @@ import requests
 from importer.checksum import file_sha256
 from tests.support import imaging
 from tests.support.registry import Registry
+from tests.support.tokenserver import TokenServer
 
 
 @pytest.fixture(scope="module")
@@ -149,3 +150,22 @@ def test_basic_auth_registry(tmp_path, disks):
         assert same_disk(dest / "disk.img", disks["raw"])
     finally:
         reg.close()
+
+
+def test_bearer_token_registry(tmp_path, disks):
+    (tmp_path / "tokenreg").mkdir()
+    tokens = TokenServer(tmp_path, user="puller", password="pw")
+    reg = Registry(tmp_path / "tokenreg", token=(tokens.realm, str(tokens.cert_path), "puller:pw"))
+    try:
+        reg.push_image("disks/tokened", "v1", [({"disk/a.qcow2": disks["qcow2"].read_bytes()}, "gzip")])
+        dest = tmp_path / "pvc"
+        dest.mkdir()
+        failure(run(reg.url("disks/tokened", "v1"), dest, env={"CDI_ACCESS_KEY_ID": "puller", "CDI_SECRET_KEY": "x"}),
+                "Unauthorized")
+        result = run(reg.url("disks/tokened", "v1"), dest, env={"CDI_ACCESS_KEY_ID": "puller", "CDI_SECRET_KEY": "pw"})
+        assert result.returncode == 0, result.stderr
+        assert same_disk(dest / "disk.img", disks["raw"])
+        assert ["repository:disks/tokened:pull"] in [q.get("scope") for q in tokens.requests]
+    finally:
+        reg.close()
+        tokens.close()

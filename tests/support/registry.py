@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import io
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -52,8 +53,34 @@ def digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+class _Bearer(requests.auth.AuthBase):
+    """Pushes to a token-auth registry: asks the token service for each scope the registry challenges for."""
+
+    def __init__(self, credentials: tuple[str, str]) -> None:
+        self.credentials = credentials
+
+    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
+        request.register_hook("response", self._retry_with_token)
+        return request
+
+    def _retry_with_token(self, response: requests.Response, **kwargs: object) -> requests.Response:
+        challenge = response.headers.get("WWW-Authenticate", "")
+        if response.status_code != 401 or not challenge.startswith("Bearer "):
+            return response
+        params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        realm = params.pop("realm")
+        token = requests.get(realm, params=params, auth=self.credentials, timeout=10).json()["token"]
+        retry = response.request.copy()
+        retry.headers["Authorization"] = f"Bearer {token}"
+        retry.deregister_hook("response", self._retry_with_token)
+        return response.connection.send(retry, **kwargs)  # type: ignore[arg-type]
+
+
 class Registry:
-    def __init__(self, workdir: Path, *, htpasswd: tuple[str, str] | None = None) -> None:
+    def __init__(self, workdir: Path, *, htpasswd: tuple[str, str] | None = None,
+                 token: tuple[str, str, str] | None = None) -> None:
+        """``htpasswd``: (user, password) for basic auth; ``token``: (realm, issuer cert path, user:password) for
+        the bearer flow against a :class:`tests.support.tokenserver.TokenServer`."""
         binary = shutil.which("docker-registry")
         if binary is None:
             pytest.skip("docker-registry is not installed")
@@ -69,6 +96,12 @@ class Registry:
             line = subprocess.run(["htpasswd", "-Bbn", *htpasswd], capture_output=True, text=True, check=True).stdout
             (workdir / "htpasswd").write_text(line)
             config["auth"] = {"htpasswd": {"realm": "test-registry", "path": str(workdir / "htpasswd")}}
+        if token:
+            realm, cert, credentials = token
+            user, _, password = credentials.partition(":")
+            config["auth"] = {"token": {"realm": realm, "service": "test-registry",
+                                        "issuer": "kubecdi-test-token-service", "rootcertbundle": cert}}
+            self.auth = _Bearer((user, password))  # type: ignore[assignment]
         (workdir / "config.yml").write_text(json.dumps(config))
         self.log = (workdir / "registry.log").open("wb")
         self.process = subprocess.Popen([binary, "serve", str(workdir / "config.yml")], stdout=self.log,
