@@ -169,3 +169,40 @@ def test_bearer_token_registry(tmp_path, disks):
     finally:
         reg.close()
         tokens.close()
+
+
+def test_docker_manifest_list_and_schema2(tmp_path, disks):
+    (tmp_path / "dockerreg").mkdir()
+    reg = Registry(tmp_path / "dockerreg")
+    try:
+        amd = reg.push_image("disks/dock", "amd", [({"disk/d.qcow2": disks["qcow2"].read_bytes()}, "gzip")],
+                             docker=True)
+        arm = reg.push_image("disks/dock", "arm", [({"disk/d.qcow2": disks["other-qcow2"].read_bytes()}, "gzip")],
+                             arch="arm64", docker=True)
+        reg.push_index("disks/dock", "latest", {"amd64": amd, "arm64": arm}, docker=True)
+        for ref, arch, disk in (("amd", "amd64", "raw"), ("latest", "arm64", "other")):
+            dest = tmp_path / f"pvc-{ref}"
+            dest.mkdir()
+            result = run(reg.url("disks/dock", ref), dest, "--architecture", arch)
+            assert result.returncode == 0, result.stderr
+            assert same_disk(dest / "disk.img", disks[disk])
+    finally:
+        reg.close()
+
+
+def test_tls_registry_with_a_private_ca(tmp_path, disks, tls_ca, other_ca):
+    (tmp_path / "tlsreg").mkdir()
+    reg = Registry(tmp_path / "tlsreg", tls=(tls_ca.server_cert, tls_ca.server_key, tls_ca.ca_cert))
+    try:
+        reg.push_image("disks/tls", "v1", [({"disk/a.qcow2": disks["qcow2"].read_bytes()}, "gzip")])
+        url = reg.url("disks/tls", "v1")
+        dest = tmp_path / "pvc"
+        dest.mkdir()
+        plain = [sys.executable, "-m", "cdi.cli.main", "import", "--url", url, "--dest", str(dest), "--no-progress"]
+        wrong = subprocess.run([*plain, "--cert-dir", str(other_ca.cert_dir)], capture_output=True, text=True, timeout=60)
+        assert wrong.returncode == 1 and wrong.stderr.strip().splitlines()[-1].startswith("error: TLSError: ")
+        right = subprocess.run([*plain, "--cert-dir", str(tls_ca.cert_dir)], capture_output=True, text=True, timeout=60)
+        assert right.returncode == 0, right.stderr
+        assert same_disk(dest / "disk.img", disks["raw"])
+    finally:
+        reg.close()

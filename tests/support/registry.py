@@ -20,6 +20,10 @@ import zstandard
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+DOCKER_GZIP_LAYER = "application/vnd.docker.image.rootfs.diff.tar.gzip"
+DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
 LAYER_TYPES = {"gzip": "application/vnd.oci.image.layer.v1.tar+gzip",
                "zstd": "application/vnd.oci.image.layer.v1.tar+zstd",
                "none": "application/vnd.oci.image.layer.v1.tar"}
@@ -78,9 +82,10 @@ class _Bearer(requests.auth.AuthBase):
 
 class Registry:
     def __init__(self, workdir: Path, *, htpasswd: tuple[str, str] | None = None,
-                 token: tuple[str, str, str] | None = None) -> None:
+                 token: tuple[str, str, str] | None = None, tls: tuple[Path, Path, Path] | None = None) -> None:
         """``htpasswd``: (user, password) for basic auth; ``token``: (realm, issuer cert path, user:password) for
-        the bearer flow against a :class:`tests.support.tokenserver.TokenServer`."""
+        the bearer flow against a :class:`tests.support.tokenserver.TokenServer`; ``tls``: (certificate, key, CA)
+        to serve HTTPS."""
         binary = shutil.which("docker-registry")
         if binary is None:
             pytest.skip("docker-registry is not installed")
@@ -92,6 +97,10 @@ class Registry:
         config = {"version": 0.1, "log": {"level": "warn", "accesslog": {"disabled": True}},
                   "storage": {"filesystem": {"rootdirectory": str(self.storage)}, "delete": {"enabled": True}},
                   "http": {"addr": f"127.0.0.1:{self.port}"}}
+        self.scheme, self.verify = "http", True
+        if tls:
+            config["http"]["tls"] = {"certificate": str(tls[0]), "key": str(tls[1])}
+            self.scheme, self.verify = "https", str(tls[2])
         if htpasswd:
             line = subprocess.run(["htpasswd", "-Bbn", *htpasswd], capture_output=True, text=True, check=True).stdout
             (workdir / "htpasswd").write_text(line)
@@ -109,7 +118,7 @@ class Registry:
         deadline = time.monotonic() + 30
         while True:
             try:
-                if requests.get(f"{self.base}/v2/", timeout=2).status_code in (200, 401):
+                if requests.get(f"{self.base}/v2/", timeout=2, verify=self.verify).status_code in (200, 401):
                     break
             except requests.ConnectionError:
                 pass
@@ -120,7 +129,7 @@ class Registry:
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def url(self, repo: str, ref: str) -> str:
         separator = "@" if ref.startswith("sha256:") else ":"
@@ -133,49 +142,54 @@ class Registry:
 
     def _blob(self, repo: str, data: bytes) -> str:
         d = digest(data)
-        start = requests.post(f"{self.base}/v2/{repo}/blobs/uploads/", auth=self.auth, timeout=30)
+        start = requests.post(f"{self.base}/v2/{repo}/blobs/uploads/", auth=self.auth, timeout=30, verify=self.verify)
         start.raise_for_status()
         location = start.headers["Location"]
         location = location if location.startswith("http") else self.base + location
         separator = "&" if "?" in location else "?"
-        put = requests.put(f"{location}{separator}digest={d}", data=data, auth=self.auth, timeout=60,
+        put = requests.put(f"{location}{separator}digest={d}", data=data, auth=self.auth, timeout=60, verify=self.verify,
                            headers={"Content-Type": "application/octet-stream"})
         put.raise_for_status()
         return d
 
     def push_manifest(self, repo: str, ref: str, body: dict, media: str) -> str:
         data = json.dumps(body).encode()
-        requests.put(f"{self.base}/v2/{repo}/manifests/{ref}", data=data, auth=self.auth, timeout=30,
+        requests.put(f"{self.base}/v2/{repo}/manifests/{ref}", data=data, auth=self.auth, timeout=30, verify=self.verify,
                      headers={"Content-Type": media}).raise_for_status()
         return digest(data)
 
     def push_image(self, repo: str, tag: str, layers: list[tuple[dict[str, bytes | None], str]], *,
-                   arch: str = "amd64", env: list[str] | None = None, labels: dict[str, str] | None = None) -> str:
+                   arch: str = "amd64", env: list[str] | None = None, labels: dict[str, str] | None = None,
+                   docker: bool = False) -> str:
+        """An OCI image, or with ``docker`` a Docker v2 schema 2 one (gzip layers only, as Docker writes)."""
         descriptors, diff_ids = [], []
         for files, how in layers:
             tar = layer_tar(files)
             blob = compress(tar, how)
-            descriptors.append({"mediaType": LAYER_TYPES[how], "digest": self._blob(repo, blob), "size": len(blob)})
+            media = DOCKER_GZIP_LAYER if docker else LAYER_TYPES[how]
+            descriptors.append({"mediaType": media, "digest": self._blob(repo, blob), "size": len(blob)})
             diff_ids.append(digest(tar))
         config = json.dumps({"architecture": arch, "os": "linux",
                              "config": {"Env": env or [], "Labels": labels or {}},
                              "rootfs": {"type": "layers", "diff_ids": diff_ids}}).encode()
-        manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                    "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+        media = DOCKER_MANIFEST if docker else OCI_MANIFEST
+        manifest = {"schemaVersion": 2, "mediaType": media,
+                    "config": {"mediaType": DOCKER_CONFIG if docker else "application/vnd.oci.image.config.v1+json",
                                "digest": self._blob(repo, config), "size": len(config)},
                     "layers": descriptors}
-        return self.push_manifest(repo, tag, manifest, OCI_MANIFEST)
+        return self.push_manifest(repo, tag, manifest, media)
 
-    def push_index(self, repo: str, tag: str, children: dict[str, str]) -> str:
-        """children: architecture → manifest digest (already pushed in the repo)."""
+    def push_index(self, repo: str, tag: str, children: dict[str, str], *, docker: bool = False) -> str:
+        """children: architecture → manifest digest (already pushed in the repo); ``docker``: a manifest list."""
+        child_type, index_type = (DOCKER_MANIFEST, DOCKER_LIST) if docker else (OCI_MANIFEST, OCI_INDEX)
         manifests = []
         for arch, child in children.items():
             raw = requests.get(f"{self.base}/v2/{repo}/manifests/{child}", auth=self.auth, timeout=30,
-                               headers={"Accept": OCI_MANIFEST}).content
-            manifests.append({"mediaType": OCI_MANIFEST, "digest": child, "size": len(raw),
+                               headers={"Accept": child_type}, verify=self.verify).content
+            manifests.append({"mediaType": child_type, "digest": child, "size": len(raw),
                               "platform": {"architecture": arch, "os": "linux"}})
-        return self.push_manifest(repo, tag, {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests},
-                                  OCI_INDEX)
+        return self.push_manifest(repo, tag, {"schemaVersion": 2, "mediaType": index_type, "manifests": manifests},
+                                  index_type)
 
     def blob_path(self, blob_digest: str) -> Path:
         hexdigest = blob_digest.split(":", 1)[1]
