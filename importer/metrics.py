@@ -30,9 +30,10 @@ class ProgressMetric:
             self._counter.inc(snapshot.percent - self._value)
             self._value = snapshot.percent
 
-    def serve(self, port: int) -> None:
+    def serve(self, port: int, *, addr: str = "0.0.0.0") -> None:  # noqa: S104 - the controller scrapes the pod IP
         certfile, keyfile = _self_signed()
-        prometheus_client.start_http_server(port, registry=self.registry, certfile=str(certfile), keyfile=str(keyfile))
+        prometheus_client.start_http_server(port, addr=addr, registry=self.registry, certfile=str(certfile),
+                                            keyfile=str(keyfile))
 
 
 def _self_signed() -> tuple[Path, Path]:
