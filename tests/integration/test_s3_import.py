@@ -9,8 +9,10 @@ import sys
 
 import pytest
 
+from importer import contract
 from importer.checksum import file_sha256
 from tests.support import imaging
+from tests.support.cli import pod_env, run_importer_pod
 from tests.support.seaweed import ACCESS_KEY, SECRET_KEY, SeaweedS3
 from tests.support.tcpcut import CuttingRelay
 
@@ -85,3 +87,18 @@ def test_s3_failures(case, reason, s3, objects, tmp_path):
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith(f"error: {reason}: ")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_importer_pod_reads_s3_with_cdis_env_contract(objects, tmp_path):
+    url, path = objects["disk.qcow2"]
+    env = pod_env(tmp_path, IMPORTER_SOURCE="s3", IMPORTER_ENDPOINT=url, IMPORTER_ACCESS_KEY_ID=ACCESS_KEY,
+                  IMPORTER_SECRET_KEY=SECRET_KEY, IMPORTER_IMAGE_SIZE="64Mi")
+    result = run_importer_pod(env)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "termination-log").read_text() == (
+        '{"scratchSpaceRequired":false,"preallocationApplied":false,"message":"Import Complete"}')
+    assert same_disk(tmp_path / "data" / "disk.img", path, path.parent)
+    env[contract.SECRET_KEY] = "wrong"
+    result = run_importer_pod(env)
+    assert result.returncode == 1
+    assert (tmp_path / "termination-log").read_text().startswith("Unable to connect to s3 data source: Unauthorized: ")
