@@ -63,6 +63,7 @@ TERMINATION_MESSAGE_MAX = 4096
 
 IMPORT_COMPLETE = "Import Complete"
 UPLOAD_COMPLETE = "Upload Complete"
+DEADLINE_PASSED = "Deadline Passed"
 PROGRESS_METRIC = "kubevirt_cdi_import_progress_total"
 
 _FAILURE = re.compile(r"^(?:Unable to [^:]*: )?(?P<reason>[A-Za-z]+): (?P<message>.*)$")
@@ -77,6 +78,7 @@ class Termination:
     preallocation_applied: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     reason: Reason | None = None
+    deadline_passed: bool = False  # an upload server gave up waiting: the controller starts a fresh one
 
     @property
     def permanent(self) -> bool:
@@ -94,6 +96,11 @@ def success_message(
         body["labels"] = labels
     body["message"] = message
     return json.dumps(body, separators=(",", ":"))[:TERMINATION_MESSAGE_MAX]
+
+
+def deadline_message() -> str:
+    """What an upload server writes when its DEADLINE passed without a finished upload (cdi-facts §3.10)."""
+    return json.dumps({"deadlinePassed": True, "message": DEADLINE_PASSED}, separators=(",", ":"))
 
 
 _CONNECT_REASONS = {Reason.NotFound, Reason.Unauthorized, Reason.URLDenied, Reason.TLSError, Reason.SourceUnreachable}
@@ -121,6 +128,7 @@ def parse_termination(exit_code: int, message: str) -> Termination:
             message=str(body.get("message", "")),
             preallocation_applied=bool(body.get("preallocationApplied", False)),
             labels={str(k): str(v) for k, v in (body.get("labels") or {}).items()},
+            deadline_passed=bool(body.get("deadlinePassed", False)),
         )
     first = text.splitlines()[0] if text else ""
     reason = None
