@@ -8,7 +8,6 @@ again, as virtctl would send it.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from dataclasses import dataclass
@@ -38,6 +37,20 @@ class UploadResult:
     bytes_sent: int  # over all attempts: size plus whatever had to be sent again
     attempts: int
     resumes: int  # attempts that continued where the server stopped instead of starting over
+
+
+class _Http:
+    """A requests session whose TLS setting wins over REQUESTS_CA_BUNDLE (a session-wide ``verify`` does not)."""
+
+    def __init__(self, *, verify: bool | str, token: str) -> None:
+        self._session = requests.Session()
+        self._verify = verify
+        self._auth = {"Authorization": f"Bearer {token}"}
+
+    def request(self, method: str, url: str, *, headers: dict[str, str] | None = None,
+                **kwargs: object) -> requests.Response:
+        return self._session.request(method, url, headers={**self._auth, **(headers or {})},  # type: ignore[arg-type]
+                                     verify=self._verify, **kwargs)
 
 
 class _Body:
@@ -78,10 +91,8 @@ def upload(base_url: str, token: str, path: str | Path, *, verify: bool | str = 
     """Upload ``path``; returns once the server answered 200 (sync: processed; async: received)."""
     path = Path(path)
     size = path.stat().st_size
-    http = requests.Session()
-    http.verify = verify
-    http.headers["Authorization"] = f"Bearer {token}"
-    probe = http.head(endpoint(base_url, c.ASYNC_PATH), timeout=60)
+    http = _Http(verify=verify, token=token)
+    probe = http.request("HEAD", endpoint(base_url, c.ASYNC_PATH), timeout=60)
     asynchronous = probe.status_code == 200
     url = base_url if c.upload_path("/".join(base_url.split("/")[-2:])) else endpoint(
         base_url, c.ASYNC_PATH if asynchronous else c.UPLOAD_PATH)
@@ -117,17 +128,23 @@ def upload(base_url: str, token: str, path: str | Path, *, verify: bool | str = 
     raise UploadFailed(f"error uploading image after {retries} retries: {last_error}")
 
 
-def _held(http: requests.Session, base_url: str, size: int) -> int:
-    """Bytes of this upload the server holds and keeps for a resume; 0 means start over."""
-    try:
-        state = http.get(endpoint(base_url, c.STATE_PATH), timeout=60)
-        body = state.json() if state.status_code == 200 else {}
-    except (requests.RequestException, ValueError):
+def _held(http: _Http, base_url: str, size: int, *, settle: float = 10.0) -> int:
+    """Bytes of this upload the server holds and keeps for a resume; 0 means start over.
+
+    The server may not have noticed the cut yet (it still says Receiving): give it ``settle`` seconds
+    rather than start over and throw away what it holds.
+    """
+    deadline = time.monotonic() + settle
+    while True:
+        try:
+            state = http.request("GET", endpoint(base_url, c.STATE_PATH), timeout=60)
+            body = state.json() if state.status_code == 200 else {}
+        except (requests.RequestException, ValueError):
+            return 0
+        if body.get("phase") == "Receiving" and time.monotonic() < deadline:
+            time.sleep(0.1)
+            continue
+        if body.get("phase") == "Suspended" and body.get("resumable") and body.get("size") == size:
+            return int(body.get("received") or 0)
         return 0
-    if body.get("phase") == "Suspended" and body.get("resumable") and body.get("size") == size:
-        return int(body.get("received") or 0)
-    return 0
 
-
-def file_size(path: str | Path) -> int:
-    return os.stat(path).st_size
