@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import html
 import logging
 import os
 import re
@@ -157,8 +156,12 @@ async def _cors(request: web.Request, handler: web.RequestHandler) -> web.Stream
     return response
 
 
+_GO_ESCAPES = str.maketrans({"&": "&amp;", "'": "&#39;", "<": "&lt;", ">": "&gt;", '"': "&#34;"})
+
+
 def _text(status: int, text: str) -> web.Response:
-    return web.Response(status=status, text=html.escape(text))
+    """CDI's error bodies are Go's html.EscapeString of the message: the same entities here."""
+    return web.Response(status=status, text=text.translate(_GO_ESCAPES))
 
 
 def main(argv: list[str] | None = None) -> int:

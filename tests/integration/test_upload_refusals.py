@@ -1,0 +1,193 @@
+"""What the proxy and the upload server refuse, with CDI's status codes and texts (cdi-facts §4.2, §4.3), and
+that a refused upload leaves nothing behind: the volume stays empty and the server takes the next upload."""
+
+from __future__ import annotations
+
+import datetime
+import http.client
+import json
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from importer.checksum import file_sha256
+from tests.fixtures.images import ImageSet
+from tests.fixtures.upload import AppThread, MakeStack, UploadPKI, UploadStack
+from tests.integration.test_upload_flow import assert_finished, curl
+from uploadproxy import backend as b
+from uploadproxy import client, tls, token
+from uploadproxy.contract import ASYNC_PATH, STATE_PATH, UPLOAD_PATH
+from uploadproxy.server import Config, UploadServer
+
+
+def post(stack: UploadStack, image: Path, *, auth: str | None, path: str = UPLOAD_PATH) -> tuple[int, str]:
+    headers = ("-H", f"Authorization: {auth}") if auth is not None else ()
+    return curl(*headers, "--data-binary", f"@{image}", stack.proxy_url + path)
+
+
+def assert_untouched(stack: UploadStack) -> None:
+    assert stack.server.process.poll() is None, "the upload server exited"
+    assert list(stack.volume.iterdir()) == []
+
+
+@pytest.mark.parametrize(("auth", "status"), [
+    (None, 400),
+    ("Basic dXNlcjpwYXNz", 400),
+    ("Bearer", 400),
+    ("Bearer two words", 400),
+    ("Bearer not.a.jwt", 401),
+])
+def test_missing_or_malformed_authorization(auth: str | None, status: int, upload_stack: UploadStack,
+                                            images: ImageSet) -> None:
+    assert post(upload_stack, images.path("disk.qcow2"), auth=auth)[0] == status
+    assert_untouched(upload_stack)
+
+
+def test_forged_expired_and_wrong_tokens(upload_stack: UploadStack, images: ImageSet) -> None:
+    image = images.path("disk.qcow2")
+    forged = token.issue(token.generate_key(), namespace="ns", name="disk")
+    assert post(upload_stack, image, auth=f"Bearer {forged}")[0] == 401
+    old = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=6)
+    status, body = post(upload_stack, image, auth=f"Bearer {upload_stack.token(now=old)}")
+    assert status == 401 and "expired" in body
+    assert post(upload_stack, image, auth=f"Bearer {upload_stack.token(operation='Clone')}")[0] == 400
+    snapshots = {"group": "snapshot.storage.k8s.io", "version": "v1", "resource": "volumesnapshots"}
+    assert post(upload_stack, image, auth=f"Bearer {upload_stack.token(resource=snapshots)}")[0] == 400
+    status, body = post(upload_stack, image, auth=f"Bearer {upload_stack.token('other')}")
+    assert (status, body) == (503, "rejecting Upload Request for PVC other that doesn&#39;t exist")  # HTML-escaped as CDI
+    assert_untouched(upload_stack)
+
+
+@pytest.mark.parametrize(("notes", "text"), [
+    ({b.UPLOAD_TARGET: None}, "PVC disk is not an upload target"),
+    ({b.POD_PHASE: "Succeeded"}, "rejecting Upload Request for PVC disk that already finished uploading"),
+    ({b.POD_READY: "false"}, "timed out waiting for the upload pod of PVC disk to be ready"),
+    ({b.CONTENT_TYPE: "iso"}, "rejecting upload request for PVC disk - upload content-type iso is invalid"),
+])
+def test_pvc_not_ready_for_upload(notes: dict[str, str | None], text: str, upload_stack: UploadStack,
+                                  images: ImageSet) -> None:
+    annotations = upload_stack.backend.pvcs[("ns", "disk")]["metadata"]["annotations"]
+    for key, value in notes.items():
+        if value is None:
+            del annotations[key]
+        else:
+            annotations[key] = value
+    assert post(upload_stack, images.path("disk.qcow2"), auth=f"Bearer {upload_stack.token()}") == (503, text)
+    assert_untouched(upload_stack)
+
+
+def test_a_second_upload_while_one_is_running_is_busy(upload_stack: UploadStack, images: ImageSet,
+                                                      upload_pki: UploadPKI) -> None:
+    image = images.path("disk.raw").read_bytes()
+    auth = {"Authorization": f"Bearer {upload_stack.token()}"}
+    first = http.client.HTTPSConnection("127.0.0.1", int(upload_stack.proxy_url.rsplit(":", 1)[1]),
+                                        context=ssl.create_default_context(cafile=str(upload_pki.ca)))
+    try:
+        first.putrequest("POST", UPLOAD_PATH)
+        for name, value in {**auth, "Content-Length": str(len(image))}.items():
+            first.putheader(name, value)
+        first.endheaders(image[: len(image) // 2])
+        state = _wait_for_phase(upload_stack, "Receiving", ca=upload_pki.ca)
+        assert state["size"] == len(image)
+        status, body = post(upload_stack, images.path("disk.qcow2"), auth=auth["Authorization"])
+        assert (status, body) == (503, "an upload is already in progress")
+        first.send(image[len(image) // 2:])
+        assert first.getresponse().status == 200
+    finally:
+        first.close()
+    assert_finished(upload_stack)
+    images.assert_imported(upload_stack.volume / "disk.img", "disk.raw")
+
+
+def _wait_for_phase(stack: UploadStack, phase: str, *, ca: Path) -> dict[str, object]:
+    for _ in range(100):
+        state = requests.get(stack.proxy_url + STATE_PATH, headers={"Authorization": f"Bearer {stack.token()}"},
+                             verify=str(ca), timeout=10).json()
+        if state["phase"] == phase:
+            return dict(state)
+        time.sleep(0.05)
+    raise AssertionError(f"the upload never reached {phase}: {state}")
+
+
+def test_image_larger_than_the_volume(make_upload_stack: MakeStack, images: ImageSet) -> None:
+    stack = make_upload_stack(image_size="2Mi")
+    for name in ("disk.qcow2", "disk.raw.gz"):
+        status, body = post(stack, images.path(name), auth=f"Bearer {stack.token()}")
+        assert status == 400
+        assert body.startswith("Saving stream failed: effective image size is larger than the reported "
+                               "available storage: "), body
+        assert_untouched(stack)
+
+
+def test_checksum_mismatch_marks_nothing_complete(upload_stack: UploadStack, images: ImageSet,
+                                                  upload_pki: UploadPKI) -> None:
+    image = images.path("disk.qcow2")
+    wrong = "sha256:" + "0" * 64
+    with pytest.raises(client.UploadFailed) as failure:
+        client.upload(upload_stack.proxy_url, upload_stack.token(), image, verify=str(upload_pki.ca),
+                      checksum=wrong, progress=False)
+    assert failure.value.status == 400
+    assert str(failure.value).startswith("unexpected return value 400, Saving stream failed: ChecksumMismatch: "
+                                         "sha256 checksum mismatch: expected 000")
+    assert_untouched(upload_stack)
+    right = "sha256:" + file_sha256(image, length=image.stat().st_size)
+    client.upload(upload_stack.proxy_url, upload_stack.token(), image, verify=str(upload_pki.ca), checksum=right,
+                  progress=False)
+    assert_finished(upload_stack)
+    images.assert_imported(upload_stack.volume / "disk.img", "disk.qcow2")
+
+
+def test_checksum_header_must_be_well_formed(upload_stack: UploadStack, images: ImageSet) -> None:
+    status, body = curl("-H", f"Authorization: Bearer {upload_stack.token()}", "-H", "X-Cdi-Checksum: sha256:xyz",
+                        "--data-binary", f"@{images.path('disk.qcow2')}", upload_stack.proxy_url + UPLOAD_PATH)
+    assert status == 400 and body.startswith("Saving stream failed: invalid checksum 'sha256:xyz'")
+    assert_untouched(upload_stack)
+
+
+@pytest.fixture
+def kept_server(upload_pki: UploadPKI, tmp_path: Path) -> Iterator[tuple[str, UploadServer]]:
+    """An upload server application that stays up after its upload (the process would exit), to see what it
+    answers in that window; same code, served from a thread."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    server = UploadServer(Config(destination=str(volume / "disk.img"), image_size=16 << 20, filesystem_overhead=0.0,
+                                 preallocation=False, deadline=None, client_name="client.upload-server.cdi.kubevirt.io",
+                                 resume_timeout=5.0))
+    thread = AppThread(server.app(), context=tls.server_context(
+        cert=str(upload_pki.server_cert), key=str(upload_pki.server_key), client_ca=str(upload_pki.ca)))
+    try:
+        yield thread.url, server
+    finally:
+        thread.close()
+
+
+def test_upload_server_mtls_paths_and_409_after_success(kept_server: tuple[str, UploadServer],
+                                                        upload_pki: UploadPKI, images: ImageSet) -> None:
+    url, server = kept_server
+    ca = str(upload_pki.ca)
+    proxy_cert = (str(upload_pki.client_cert), str(upload_pki.client_key))
+    image = images.path("disk.qcow2").read_bytes()
+    health = requests.get(url + "/healthz", verify=ca, timeout=10)  # the kubelet's probe has no certificate
+    assert (health.status_code, health.text) == (200, "OK")
+    assert requests.post(url + UPLOAD_PATH, data=image, verify=ca, timeout=10).status_code == 401
+    stranger = (str(upload_pki.stranger_cert), str(upload_pki.stranger_key))
+    assert requests.post(url + UPLOAD_PATH, data=image, verify=ca, cert=stranger, timeout=10).status_code == 401
+    assert requests.get(url + UPLOAD_PATH, verify=ca, cert=proxy_cert, timeout=10).status_code == 404
+    assert requests.post(url + "/v1beta1/nothing", verify=ca, cert=proxy_cert, timeout=10).status_code == 404
+    assert requests.head(url + ASYNC_PATH, verify=ca, cert=proxy_cert, timeout=10).status_code == 200
+    done = requests.post(url + "/v1alpha1/upload", data=image, verify=ca, cert=proxy_cert, timeout=60)
+    assert (done.status_code, done.text) == (200, "")
+    again = requests.post(url + UPLOAD_PATH, data=image, verify=ca, cert=proxy_cert, timeout=60)
+    assert again.status_code == 409
+    assert server.completed is not None and server.completed.format == "qcow2"
+
+
+def test_deadline_passes_without_an_upload(start_upload_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    deadline = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)
+    server = start_upload_server(tmp_path, env={"DEADLINE": deadline.strftime("%Y-%m-%dT%H:%M:%S.%fZ")})
+    assert server.wait() == 0
+    assert json.loads(server.termination()) == {"deadlinePassed": True, "message": "Deadline Passed"}
