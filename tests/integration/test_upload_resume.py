@@ -1,0 +1,96 @@
+"""A cut upload continues where the server stopped (our extension), and plain CDI clients that start over
+still work. The cut is real: a relay in front of the proxy drops the client's uplink mid-body."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.fixtures.images import ImageSet
+from tests.fixtures.upload import MakeStack, UploadPKI, UploadStack, UpstreamCut
+from tests.integration.test_upload_flow import assert_finished, curl
+from uploadproxy import client
+from uploadproxy.contract import STATE_PATH, UPLOAD_PATH
+
+CHUNK = 1 << 20  # the largest piece the server reads off a connection at once
+
+
+@pytest.fixture
+def cut_at_90(upload_stack: UploadStack, images: ImageSet) -> Iterator[UpstreamCut]:
+    size = images.path("disk.raw").stat().st_size
+    relay = UpstreamCut(target_port=int(upload_stack.proxy_url.rsplit(":", 1)[1]), cut_after=size * 9 // 10)
+    try:
+        yield relay
+    finally:
+        relay.close()
+
+
+def state(stack: UploadStack, ca: Path) -> dict[str, object]:
+    return dict(requests.get(stack.proxy_url + STATE_PATH, headers={"Authorization": f"Bearer {stack.token()}"},
+                             verify=str(ca), timeout=10).json())
+
+
+def wait_for(stack: UploadStack, ca: Path, phase: str) -> dict[str, object]:
+    for _ in range(200):
+        now = state(stack, ca)
+        if now["phase"] == phase:
+            return now
+        time.sleep(0.05)
+    raise AssertionError(f"the upload never reached {phase}: {now}")
+
+
+def test_cut_at_90_percent_resends_at_most_the_rest(upload_stack: UploadStack, cut_at_90: UpstreamCut,
+                                                   images: ImageSet, upload_pki: UploadPKI) -> None:
+    image = images.path("disk.raw")
+    size = image.stat().st_size
+    result = client.upload(f"https://127.0.0.1:{cut_at_90.port}", upload_stack.token(), image,
+                           verify=str(upload_pki.ca), progress=False)
+    assert (result.attempts, result.resumes) == (2, 1)
+    assert cut_at_90.forwarded == size * 9 // 10  # the cut happened where we meant it to
+    assert result.bytes_sent - size <= size // 10 + CHUNK
+    assert_finished(upload_stack)
+    images.assert_imported(upload_stack.volume / "disk.img", "disk.raw")
+
+
+def test_a_plain_client_that_starts_over_replaces_the_cut_upload(upload_stack: UploadStack, cut_at_90: UpstreamCut,
+                                                                 images: ImageSet, upload_pki: UploadPKI) -> None:
+    image = images.path("disk.raw")
+    size = image.stat().st_size
+    auth = f"Authorization: Bearer {upload_stack.token()}"
+    cut = subprocess.run(["curl", "-k", "-s", "-H", auth, "--data-binary", f"@{image}",
+                          f"https://127.0.0.1:{cut_at_90.port}{UPLOAD_PATH}"], capture_output=True, timeout=60,
+                         check=False)
+    assert cut.returncode != 0
+    held = wait_for(upload_stack, upload_pki.ca, "Suspended")
+    assert held["size"] == size and 0 < int(held["received"]) <= size * 9 // 10  # type: ignore[call-overload]
+    wrong = requests.put(upload_stack.proxy_url + UPLOAD_PATH, data=image.read_bytes(), verify=str(upload_pki.ca),
+                         headers={"Authorization": f"Bearer {upload_stack.token()}",
+                                  "Content-Range": f"bytes 0-{size - 1}/{size}"}, timeout=60)
+    assert wrong.status_code == 416
+    assert wrong.text == (f"the server holds bytes 0-{held['received'] - 1} of {size}: "  # type: ignore[operator]
+                          f"send bytes {held['received']}-{size - 1}")
+    assert curl("-H", auth, "--data-binary", f"@{image}", upload_stack.proxy_url + UPLOAD_PATH) == (200, "")
+    assert_finished(upload_stack)
+    images.assert_imported(upload_stack.volume / "disk.img", "disk.raw")
+
+
+def test_a_cut_upload_not_resumed_in_time_is_dropped(make_upload_stack: MakeStack, images: ImageSet,
+                                                     upload_pki: UploadPKI) -> None:
+    stack = make_upload_stack(env={"UPLOAD_RESUME_TIMEOUT": "0.5"})
+    image = images.path("disk.raw")
+    relay = UpstreamCut(target_port=int(stack.proxy_url.rsplit(":", 1)[1]), cut_after=image.stat().st_size // 2)
+    try:
+        subprocess.run(["curl", "-k", "-s", "-H", f"Authorization: Bearer {stack.token()}", "--data-binary",
+                        f"@{image}", f"https://127.0.0.1:{relay.port}{UPLOAD_PATH}"], capture_output=True, timeout=60,
+                       check=False)
+    finally:
+        relay.close()
+    dropped = wait_for(stack, upload_pki.ca, "Idle")
+    assert str(dropped["message"]).startswith("TransferFailed: the upload connection broke after ")
+    assert list(stack.volume.iterdir()) == []  # the partial image was discarded
+    assert stack.server.process.poll() is None
