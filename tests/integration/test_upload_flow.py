@@ -87,3 +87,29 @@ def test_client_upload_with_checksum(upload_stack: UploadStack, images: ImageSet
     assert result.url.endswith(ASYNC_PATH)
     assert_finished(upload_stack)
     images.assert_imported(upload_stack.volume / "disk.img", "disk.qcow2")
+
+
+def test_upload_into_a_block_volume(make_upload_stack, loop_device, images: ImageSet) -> None:  # type: ignore[no-untyped-def]
+    device = loop_device(16 << 20, old_data=True)
+    stack: UploadStack = make_upload_stack(block_device=device)
+    status, _ = curl("-H", f"Authorization: Bearer {stack.token()}", "--data-binary",
+                     f"@{images.path('disk.qcow2.xz')}", stack.proxy_url + ASYNC_PATH)
+    assert status == 200
+    assert_finished(stack)
+    images.assert_imported(device, "disk.qcow2.xz")
+
+
+def test_populator_upload_goes_to_pvc_prime(upload_stack: UploadStack, images: ImageSet) -> None:
+    """With populators the DV's PVC points at a VolumeUploadSource and the upload pod serves PVC' (cdi-facts §4.2)."""
+    backend = upload_stack.backend
+    prime = backend.pvcs.pop(("ns", "disk"))
+    backend.pvcs[("ns", "prime-disk")] = prime
+    backend.urls[("ns", "prime-disk")] = backend.urls.pop(("ns", "disk"))
+    backend.pvcs[("ns", "disk")] = {
+        "metadata": {"name": "disk", "annotations": {b.PVC_PRIME: "prime-disk"}},
+        "spec": {"dataSourceRef": {"apiGroup": "cdi.kubevirt.io", "kind": "VolumeUploadSource", "name": "src"}}}
+    status, _ = curl("-H", f"Authorization: Bearer {upload_stack.token('disk')}", "--data-binary",
+                     f"@{images.path('disk.qcow2')}", upload_stack.proxy_url + UPLOAD_PATH)
+    assert status == 200
+    assert_finished(upload_stack)
+    images.assert_imported(upload_stack.volume / "disk.img", "disk.qcow2")

@@ -6,7 +6,10 @@ from __future__ import annotations
 import datetime
 import http.client
 import json
+import os
 import ssl
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,6 +144,18 @@ def test_checksum_mismatch_marks_nothing_complete(upload_stack: UploadStack, ima
     images.assert_imported(upload_stack.volume / "disk.img", "disk.qcow2")
 
 
+def test_async_processing_failure_is_reported_by_the_server(upload_stack: UploadStack, images: ImageSet,
+                                                            upload_pki: UploadPKI) -> None:
+    # The body arrives whole (200), then the image turns out to point at a host file.
+    status, _ = post(upload_stack, images.path("backing.qcow2"), auth=f"Bearer {upload_stack.token()}",
+                     path=ASYNC_PATH)
+    assert status == 200
+    state = _wait_for_phase(upload_stack, "Idle", ca=upload_pki.ca)
+    assert str(state["message"]).startswith("UnsafeImage: ")
+    assert_untouched(upload_stack)
+    images.assert_no_host_bytes(upload_stack.volume)
+
+
 def test_checksum_header_must_be_well_formed(upload_stack: UploadStack, images: ImageSet) -> None:
     status, body = curl("-H", f"Authorization: Bearer {upload_stack.token()}", "-H", "X-Cdi-Checksum: sha256:xyz",
                         "--data-binary", f"@{images.path('disk.qcow2')}", upload_stack.proxy_url + UPLOAD_PATH)
@@ -191,3 +206,12 @@ def test_deadline_passes_without_an_upload(start_upload_server, tmp_path: Path) 
     server = start_upload_server(tmp_path, env={"DEADLINE": deadline.strftime("%Y-%m-%dT%H:%M:%S.%fZ")})
     assert server.wait() == 0
     assert json.loads(server.termination()) == {"deadlinePassed": True, "message": "Deadline Passed"}
+
+
+def test_bad_pod_environment_fails_with_a_clear_message(tmp_path: Path) -> None:
+    env = {**os.environ, "PREALLOCATION": "maybe", "UPLOAD_TERMINATION_LOG": str(tmp_path / "termination"),
+           "DESTINATION": str(tmp_path / "disk.img")}
+    done = subprocess.run([sys.executable, "-m", "uploadproxy.server", "--insecure-http"], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert (tmp_path / "termination").read_text() == "InvalidArgument: PREALLOCATION must be true or false, not 'maybe'"
