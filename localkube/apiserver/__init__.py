@@ -1,4 +1,4 @@
-"""An embedded Kubernetes API server for development and tests (see localkube/README.md)."""
+"""An embedded Kubernetes API server for development and tests (see README.md next to this file)."""
 
 from .server import APIServer, LogProvider
 from .thread import ServerThread

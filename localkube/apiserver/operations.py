@@ -258,9 +258,12 @@ class Operations:
         written = self.store.write(key, updated, old=obj)
         if "foregroundDeletion" in finalizers:
             for dep_key, dep in self._dependents(meta["uid"]):
-                self.delete_now(dep_key, dep)
-            written = self.store.get(key, meta.get("namespace", ""), meta["name"]) or written
-            self._finish_foreground(key, written)
+                if self.store.by_uid(dep["metadata"]["uid"]) is not None:
+                    self.delete_now(dep_key, dep)
+            current = self.store.by_uid(meta["uid"])
+            if current is None:
+                return written  # the last blocking dependent went, and the owner with it
+            self._finish_foreground(key, current[1])
         return written
 
     def _remove(self, key: tuple[str, str], obj: Obj) -> Obj:
@@ -290,8 +293,11 @@ class Operations:
     def _orphan(self, uid: str) -> None:
         for key, dep in self._dependents(uid):
             updated = copy.deepcopy(dep)
-            updated["metadata"]["ownerReferences"] = [r for r in dep["metadata"]["ownerReferences"]
-                                                      if r.get("uid") != uid]
+            refs = [r for r in dep["metadata"]["ownerReferences"] if r.get("uid") != uid]
+            if refs:
+                updated["metadata"]["ownerReferences"] = refs
+            else:
+                del updated["metadata"]["ownerReferences"]
             self.store.write(key, updated, old=dep)
 
     def _finish_foreground(self, key: tuple[str, str], owner: Obj) -> None:

@@ -116,7 +116,7 @@ class APIServer:
         if parts and parts[0] in ("healthz", "readyz", "livez"):
             return web.Response(text="ok")
         if parts and parts[0] == "openapi":
-            return self._openapi(parts[1:])
+            return self._openapi(parts[1:], request.headers.get("Accept", ""))
         if parts == ["api"]:
             if _wants_discovery_v2(request):
                 return _json(self.registry.discovery_v2(core=True, aggregated_lists={}), content_type=DISCOVERY_V2)
@@ -148,7 +148,11 @@ class APIServer:
             return _json(listing)
         return await self._resource(request, group, version, rest)
 
-    def _openapi(self, rest: list[str]) -> web.Response:
+    def _openapi(self, rest: list[str], accept: str) -> web.Response:
+        if rest == ["v2"]:
+            if "protobuf" in accept:
+                return web.Response(body=openapi.v2_protobuf(), headers={"Content-Type": "application/octet-stream"})
+            return _json(openapi.v2_json())
         if rest == ["v3"]:
             return _json(openapi.v3_index(self.registry))
         if rest[:1] == ["v3"] and len(rest) >= 3:
@@ -219,6 +223,9 @@ class APIServer:
 
     async def _body(self, request: web.Request, default: Any = None) -> Any:
         raw = await request.read()
+        if "protobuf" in request.headers.get("Content-Type", ""):
+            raise APIError(415, "UnsupportedMediaType", "localkube reads JSON request bodies only, not protobuf "
+                                                        "(kubectl's imperative generators): use kubectl create/apply -f")
         if not raw:
             if default is not None:
                 return default
@@ -280,8 +287,11 @@ class APIServer:
                      ) -> web.StreamResponse:
         q = request.query
         rv = q.get("resourceVersion") or "0"
+        # WatchList (client-go's reflector, kubectl wait): the current state as ADDED events, then a bookmark
+        # marking their end, whatever resourceVersion came with it.
+        initial_events = q.get("sendInitialEvents") in ("true", "1")
         try:
-            since = None if rv == "0" else int(rv)
+            since = None if rv == "0" or initial_events else int(rv)
         except ValueError:
             raise errors.bad_request(f"invalid resourceVersion {rv!r}") from None
         response = web.StreamResponse(headers={"Content-Type": _JSON, "Cache-Control": "no-cache"})
@@ -301,7 +311,16 @@ class APIServer:
         except ValueError as exc:
             await send("ERROR", errors.gone(str(exc)).status())
             return response
+        if initial_events:
+            watcher.queue.put_nowait(("BOOKMARK", {"k8s.io/initial-events-end": "true"}))
         bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
+
+        def bookmark(annotations: dict[str, str]) -> dict[str, Any]:
+            meta: dict[str, Any] = {"resourceVersion": self.store.resource_version}
+            if annotations:
+                meta["annotations"] = annotations
+            return {"kind": rtype.kind, "apiVersion": rtype.api_version(version), "metadata": meta}
+
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(float(q.get("timeoutSeconds") or 1800), 3600)
         try:
@@ -314,14 +333,12 @@ class APIServer:
                 if item is None:
                     break
                 if item[0] == "BOOKMARK":
-                    if bookmarks:
-                        await send("BOOKMARK", {"kind": rtype.kind, "apiVersion": rtype.api_version(version),
-                                                "metadata": {"resourceVersion": self.store.resource_version}})
+                    if bookmarks or item[1]:
+                        await send("BOOKMARK", bookmark(item[1]))
                     continue
                 await send(*item)
             if bookmarks and watcher.queue.empty():
-                await send("BOOKMARK", {"kind": rtype.kind, "apiVersion": rtype.api_version(version),
-                                        "metadata": {"resourceVersion": self.store.resource_version}})
+                await send("BOOKMARK", bookmark({}))
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             pass  # the client went away
         finally:
