@@ -22,6 +22,9 @@ def present(rtype: ResourceType, version: str, obj: dict[str, Any]) -> dict[str,
            **{k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}}
     if _is_new_event(rtype):
         out = {_EVENT_FIELDS.get(k, k): v for k, v in out.items()}
+        if not out.get("eventTime"):  # required in events.k8s.io/v1; core events may only carry timestamps
+            stamp = out.get("deprecatedFirstTimestamp") or out["metadata"].get("creationTimestamp", "")
+            out["eventTime"] = stamp.replace("Z", ".000000Z")
     return out
 
 

@@ -329,6 +329,8 @@ class APIServer:
                     item = await asyncio.wait_for(watcher.queue.get(),
                                                   min(remaining, self.bookmark_interval) if bookmarks else remaining)
                 except TimeoutError:
+                    if deadline <= loop.time():
+                        break  # the closing bookmark below is sent instead
                     item = ("BOOKMARK", {})
                 if item is None:
                     break
