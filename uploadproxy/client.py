@@ -86,7 +86,7 @@ def endpoint(base: str, path: str) -> str:
     return base.rstrip("/") + path
 
 
-def upload(base_url: str, token: str, path: str | Path, *, verify: bool | str = True, checksum: str | None = None,
+def upload(base_url: str, path: str | Path, *, token: str, verify: bool | str = True, checksum: str | None = None,
            retries: int = 5, progress: bool = True) -> UploadResult:
     """Upload ``path``; returns once the server answered 200 (sync: processed; async: received)."""
     path = Path(path)

@@ -20,9 +20,11 @@ DEADLINE = "DEADLINE"
 DESTINATION = "DESTINATION"
 LISTEN_ADDRESS = "LISTEN_ADDRESS"
 LISTEN_PORT = "LISTEN_PORT"
-# Ours: the termination log path (tests), how long a cut resumable upload waits for its client.
+# Ours: the termination log path (tests), how long a cut resumable upload waits for its client, and the
+# PVC's content type for clients that reach the server without the proxy's archive path rewriting.
 TERMINATION_LOG = "UPLOAD_TERMINATION_LOG"
 RESUME_TIMEOUT = "UPLOAD_RESUME_TIMEOUT"
+CONTENT_TYPE = "UPLOAD_CONTENT_TYPE"
 
 DEFAULT_TLS_KEY = "/etc/tls/tls.key"
 DEFAULT_TLS_CERT = "/etc/tls/tls.crt"

@@ -53,8 +53,10 @@ class Config:
     deadline: datetime.datetime | None
     client_name: str  # required CN of the client certificate; empty with plain HTTP
     resume_timeout: float  # seconds a cut resumable upload waits for its client
+    content_type: str = ic.CONTENT_KUBEVIRT  # archive: every upload path unpacks a tar, not only upload-archive
 
     def request(self, *, archive: bool) -> ImportRequest:
+        archive = archive or self.content_type == ic.CONTENT_ARCHIVE
         dest = Path(self.destination)
         if archive or dest.name == ic.DISK_IMAGE_NAME:
             dest = dest.parent  # the pipeline writes disk.img (or the archive's tree) into the volume's directory
@@ -298,7 +300,8 @@ def config_from(env: Mapping[str, str], argv: list[str] | None = None) -> tuple[
                           (c.FILESYSTEM_OVERHEAD, "0"), (c.PREALLOCATION, "false"), (c.DEADLINE, ""),
                           (c.TLS_CIPHERS, ""), (c.TLS_MIN_VERSION, ""),
                           (c.LISTEN_ADDRESS, c.DEFAULT_LISTEN_ADDRESS), (c.LISTEN_PORT, str(c.DEFAULT_PORT)),
-                          (c.TERMINATION_LOG, ic.DEFAULT_TERMINATION_LOG), (c.RESUME_TIMEOUT, "300")):
+                          (c.TERMINATION_LOG, ic.DEFAULT_TERMINATION_LOG), (c.RESUME_TIMEOUT, "300"),
+                          (c.CONTENT_TYPE, ic.CONTENT_KUBEVIRT)):
         parser.add_argument("--" + name.lower().replace("_", "-"), dest=name, default=env.get(name) or default)
     parser.add_argument("--insecure-http", action="store_true",
                         help="serve plain HTTP without client certificates (tests and local use only)")
@@ -307,6 +310,9 @@ def config_from(env: Mapping[str, str], argv: list[str] | None = None) -> tuple[
     preallocation = options[c.PREALLOCATION].strip().lower()
     if preallocation not in ("true", "false", ""):
         raise ImportFailed(Reason.InvalidArgument, f"{c.PREALLOCATION} must be true or false, not {preallocation!r}")
+    if options[c.CONTENT_TYPE] not in (ic.CONTENT_KUBEVIRT, ic.CONTENT_ARCHIVE):
+        raise ImportFailed(Reason.InvalidArgument, f"{c.CONTENT_TYPE} must be {ic.CONTENT_KUBEVIRT} or "
+                           f"{ic.CONTENT_ARCHIVE}, not {options[c.CONTENT_TYPE]!r}")
     deadline = None
     if options[c.DEADLINE]:
         try:
@@ -321,6 +327,7 @@ def config_from(env: Mapping[str, str], argv: list[str] | None = None) -> tuple[
         deadline=deadline,
         client_name="" if args.insecure_http else options[c.CLIENT_NAME],
         resume_timeout=float(options[c.RESUME_TIMEOUT]),
+        content_type=options[c.CONTENT_TYPE],
     )
     return config, args
 

@@ -111,9 +111,6 @@ class Session:
         """Stop the pipeline; it discards what it wrote."""
         self._put(failure)
 
-    def wait_stopped(self) -> None:
-        self._thread.join()
-
     def _put(self, item: bytes | ImportFailed | None) -> bool:
         while not self.result.done():
             try:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures.images import ImageSet
-from tests.fixtures.upload import UploadPKI, UploadStack
+from tests.fixtures.upload import MakeStack, UploadPKI, UploadStack
 from uploadproxy import backend as b
 from uploadproxy import client
 from uploadproxy.contract import ASYNC_PATH, UPLOAD_PATH
@@ -62,15 +63,19 @@ def test_curl_form_upload(path: str, upload_stack: UploadStack, images: ImageSet
     images.assert_imported(upload_stack.volume / "disk.img", "disk.qcow2")
 
 
-def test_client_uploads_an_archive_into_the_volume(make_upload_stack, upload_pki: UploadPKI,  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("how", ["PVC annotation (proxy rewrites the path)", "server environment"])
+def test_client_uploads_an_archive_into_the_volume(how: str, make_upload_stack: MakeStack, upload_pki: UploadPKI,
                                                    tmp_path: Path) -> None:
-    stack: UploadStack = make_upload_stack(notes={b.CONTENT_TYPE: "archive"})
+    if how.startswith("PVC"):
+        stack = make_upload_stack(notes={b.CONTENT_TYPE: "archive"})
+    else:
+        stack = make_upload_stack(env={"UPLOAD_CONTENT_TYPE": "archive"})
     tree = tmp_path / "tree"
     (tree / "sub").mkdir(parents=True)
     (tree / "a.txt").write_text("a")
     (tree / "sub" / "b.bin").write_bytes(bytes(range(256)) * 1000)
     archive = Path(shutil.make_archive(str(tmp_path / "content"), "tar", root_dir=tree))
-    result = client.upload(stack.proxy_url, stack.token(), archive, verify=str(upload_pki.ca), progress=False)
+    result = client.upload(stack.proxy_url, archive, token=stack.token(), verify=str(upload_pki.ca), progress=False)
     assert result.asynchronous and result.bytes_sent == archive.stat().st_size
     assert_finished(stack)
     assert (stack.volume / "a.txt").read_text() == "a"
@@ -78,10 +83,21 @@ def test_client_uploads_an_archive_into_the_volume(make_upload_stack, upload_pki
     assert not (stack.volume / "disk.img").exists()
 
 
+def test_proxy_health_and_paths(upload_stack: UploadStack) -> None:
+    assert curl(upload_stack.proxy_url + "/healthz") == (200, "OK")
+    auth = f"Authorization: Bearer {upload_stack.token()}"
+    # upload-archive exists only on the server: the proxy picks it from the PVC's content type.
+    assert curl("-H", auth, "-d", "x", upload_stack.proxy_url + "/v1beta1/upload-archive")[0] == 404
+    assert curl("-H", auth, upload_stack.proxy_url + "/v1beta1/other")[0] == 404
+    options = subprocess.run(["curl", "-k", "-s", "-i", "-X", "OPTIONS", upload_stack.proxy_url + UPLOAD_PATH],
+                             capture_output=True, text=True, check=True).stdout
+    assert options.startswith("HTTP/1.1 200") and "Access-Control-Allow-Origin: *" in options
+
+
 def test_client_upload_with_checksum(upload_stack: UploadStack, images: ImageSet, upload_pki: UploadPKI) -> None:
     image = images.path("disk.qcow2")
     digest = subprocess.run(["sha256sum", str(image)], capture_output=True, text=True, check=True).stdout.split()[0]
-    result = client.upload(upload_stack.proxy_url, upload_stack.token(), image, verify=str(upload_pki.ca),
+    result = client.upload(upload_stack.proxy_url, image, token=upload_stack.token(), verify=str(upload_pki.ca),
                            checksum=f"sha256:{digest}", progress=False)
     assert (result.attempts, result.resumes, result.bytes_sent) == (1, 0, image.stat().st_size)
     assert result.url.endswith(ASYNC_PATH)
@@ -89,9 +105,10 @@ def test_client_upload_with_checksum(upload_stack: UploadStack, images: ImageSet
     images.assert_imported(upload_stack.volume / "disk.img", "disk.qcow2")
 
 
-def test_upload_into_a_block_volume(make_upload_stack, loop_device, images: ImageSet) -> None:  # type: ignore[no-untyped-def]
+def test_upload_into_a_block_volume(make_upload_stack: MakeStack, loop_device: Callable[..., Path],
+                                    images: ImageSet) -> None:
     device = loop_device(16 << 20, old_data=True)
-    stack: UploadStack = make_upload_stack(block_device=device)
+    stack = make_upload_stack(block_device=device)
     status, _ = curl("-H", f"Authorization: Bearer {stack.token()}", "--data-binary",
                      f"@{images.path('disk.qcow2.xz')}", stack.proxy_url + ASYNC_PATH)
     assert status == 200

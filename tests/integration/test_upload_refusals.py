@@ -19,7 +19,7 @@ import requests
 
 from importer.checksum import file_sha256
 from tests.fixtures.images import ImageSet
-from tests.fixtures.upload import AppThread, MakeStack, UploadPKI, UploadStack
+from tests.fixtures.upload import AppThread, MakeStack, StartServer, UploadPKI, UploadStack
 from tests.integration.test_upload_flow import assert_finished, curl
 from uploadproxy import backend as b
 from uploadproxy import client, tls, token
@@ -61,7 +61,8 @@ def test_forged_expired_and_wrong_tokens(upload_stack: UploadStack, images: Imag
     snapshots = {"group": "snapshot.storage.k8s.io", "version": "v1", "resource": "volumesnapshots"}
     assert post(upload_stack, image, auth=f"Bearer {upload_stack.token(resource=snapshots)}")[0] == 400
     status, body = post(upload_stack, image, auth=f"Bearer {upload_stack.token('other')}")
-    assert (status, body) == (503, "rejecting Upload Request for PVC other that doesn&#39;t exist")  # HTML-escaped as CDI
+    # HTML-escaped, as CDI's proxy answers.
+    assert (status, body) == (503, "rejecting Upload Request for PVC other that doesn&#39;t exist")
     assert_untouched(upload_stack)
 
 
@@ -131,14 +132,14 @@ def test_checksum_mismatch_marks_nothing_complete(upload_stack: UploadStack, ima
     image = images.path("disk.qcow2")
     wrong = "sha256:" + "0" * 64
     with pytest.raises(client.UploadFailed) as failure:
-        client.upload(upload_stack.proxy_url, upload_stack.token(), image, verify=str(upload_pki.ca),
+        client.upload(upload_stack.proxy_url, image, token=upload_stack.token(), verify=str(upload_pki.ca),
                       checksum=wrong, progress=False)
     assert failure.value.status == 400
     assert str(failure.value).startswith("unexpected return value 400, Saving stream failed: ChecksumMismatch: "
                                          "sha256 checksum mismatch: expected 000")
     assert_untouched(upload_stack)
     right = "sha256:" + file_sha256(image, length=image.stat().st_size)
-    client.upload(upload_stack.proxy_url, upload_stack.token(), image, verify=str(upload_pki.ca), checksum=right,
+    client.upload(upload_stack.proxy_url, image, token=upload_stack.token(), verify=str(upload_pki.ca), checksum=right,
                   progress=False)
     assert_finished(upload_stack)
     images.assert_imported(upload_stack.volume / "disk.img", "disk.qcow2")
@@ -201,7 +202,7 @@ def test_upload_server_mtls_paths_and_409_after_success(kept_server: tuple[str, 
     assert server.completed is not None and server.completed.format == "qcow2"
 
 
-def test_deadline_passes_without_an_upload(start_upload_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_deadline_passes_without_an_upload(start_upload_server: StartServer, tmp_path: Path) -> None:
     deadline = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)
     server = start_upload_server(tmp_path, env={"DEADLINE": deadline.strftime("%Y-%m-%dT%H:%M:%S.%fZ")})
     assert server.wait() == 0

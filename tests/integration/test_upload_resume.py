@@ -48,7 +48,7 @@ def test_cut_at_90_percent_resends_at_most_the_rest(upload_stack: UploadStack, c
                                                    images: ImageSet, upload_pki: UploadPKI) -> None:
     image = images.path("disk.raw")
     size = image.stat().st_size
-    result = client.upload(f"https://127.0.0.1:{cut_at_90.port}", upload_stack.token(), image,
+    result = client.upload(f"https://127.0.0.1:{cut_at_90.port}", image, token=upload_stack.token(),
                            verify=str(upload_pki.ca), progress=False)
     assert (result.attempts, result.resumes) == (2, 1)
     assert cut_at_90.forwarded == size * 9 // 10  # the cut happened where we meant it to
