@@ -133,6 +133,8 @@ class UploadServer:
             # A client that starts over instead of resuming (CDI's clients retry from the start) wins.
             log.info("a new upload replaces the one cut at byte %d", current.received)
             await self._stop(current, cut(current.received))
+            if self.session is not None:  # another client started while the old upload was stopping
+                return _text(503, "an upload is already in progress")
         form = endpoint in _FORM
         size = None if form else request.content_length
         session = Session(self.config.request(archive=endpoint == c.ARCHIVE), size=size, expected=expected,
@@ -191,15 +193,15 @@ class UploadServer:
             await self._stop(session, cut(session.received))
             return await self._respond(session)
         session.state = SUSPENDED
-        asyncio.get_running_loop().call_later(self.config.resume_timeout, self._expire, session,
-                                              session.received)
+        session.cuts += 1
+        asyncio.get_running_loop().call_later(self.config.resume_timeout, self._expire, session, session.cuts)
         return _text(400, c.SAVE_FAILED + f"the body ended after {session.received} of {session.size} bytes; "
                           f"resume with PUT and Content-Range")
 
-    def _expire(self, session: Session, received: int) -> None:
-        if self.session is session and session.state == SUSPENDED and session.received == received:
+    def _expire(self, session: Session, cuts: int) -> None:
+        if self.session is session and session.state == SUSPENDED and session.cuts == cuts:
             log.info("the cut upload was not resumed within %gs", self.config.resume_timeout)
-            task = asyncio.create_task(self._stop(session, cut(received)))
+            task = asyncio.create_task(self._stop(session, cut(session.received)))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 

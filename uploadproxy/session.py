@@ -56,6 +56,7 @@ class Session:
         self.resumable = resumable and size is not None
         self.received = 0  # body bytes handed to the pipeline: where a resumed connection must start
         self.state = RECEIVING
+        self.cuts = 0  # connections lost so far: a resume timer only expires the cut it was set for
         self.snapshot: Snapshot | None = None
         self._expected = expected
         self._hash = hashlib.new(expected.algorithm) if expected else None
