@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -130,3 +131,19 @@ def test_populator_upload_goes_to_pvc_prime(upload_stack: UploadStack, images: I
     assert status == 200
     assert_finished(upload_stack)
     images.assert_imported(upload_stack.volume / "disk.img", "disk.qcow2")
+
+
+def test_client_retries_until_the_upload_pod_is_ready(make_upload_stack: MakeStack, images: ImageSet,
+                                                      upload_pki: UploadPKI) -> None:
+    stack = make_upload_stack(notes={b.POD_READY: "false"})
+    # The controller marks the pod ready a little later: the proxy's first answers are 503, which the client retries.
+    ready = threading.Timer(1.5, stack.annotate, args=({b.POD_READY: "true"},))
+    ready.start()
+    try:
+        result = client.upload(stack.proxy_url, images.path("disk.qcow2"), token=stack.token(),
+                               verify=str(upload_pki.ca), progress=False)
+    finally:
+        ready.cancel()
+    assert result.attempts >= 2
+    assert_finished(stack)
+    images.assert_imported(stack.volume / "disk.img", "disk.qcow2")

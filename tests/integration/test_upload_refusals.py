@@ -218,3 +218,10 @@ def test_bad_pod_environment_fails_with_a_clear_message(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1
     assert (tmp_path / "termination").read_text() == "InvalidArgument: PREALLOCATION must be true or false, not 'maybe'"
+
+
+def test_form_without_a_file_part(upload_stack: UploadStack, images: ImageSet) -> None:
+    status, body = curl("-H", f"Authorization: Bearer {upload_stack.token()}", "-F",
+                        f"image=@{images.path('disk.qcow2')}", upload_stack.proxy_url + "/v1beta1/upload-form")
+    assert (status, body) == (400, "Saving stream failed: InvalidArgument: the form has no part named 'file'")
+    assert_untouched(upload_stack)
