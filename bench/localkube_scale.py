@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -25,6 +26,11 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 def quantiles(values: list[float]) -> str:
@@ -101,6 +107,8 @@ def main() -> None:
         idle = rss_mib(server.pid)
         results = asyncio.run(run(url, args.objects, args.watchers, args.concurrency))
         results["server RSS"] = f"{idle:.0f} MiB idle, {rss_mib(server.pid):.0f} MiB after the run"
+        results["CPU"] = (f"server {cpu_seconds(server.pid):.1f} s, this client process "
+                          f"{time.process_time():.1f} s (on {os.cpu_count()} cores)")
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import inspect
 import json
 import logging
@@ -62,6 +63,7 @@ class APIServer:
         self.bookmark_interval = bookmark_interval
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._encoded: collections.OrderedDict[tuple[str, ...], bytes] = collections.OrderedDict()
         self._seed()
 
     @property
@@ -299,27 +301,38 @@ class APIServer:
         await response.prepare(request)
         table = _wants_table(request)
 
-        async def send(kind: str, obj: dict[str, Any]) -> None:
-            shown = obj if kind in ("ERROR", "BOOKMARK") else convert.present(rtype, version, obj)
-            if table and kind not in ("ERROR", "BOOKMARK"):
-                shown = tables.table(rtype, version, [shown], include_object=q.get("includeObject", "Metadata"),
-                                     resource_version=shown["metadata"]["resourceVersion"])
-            await response.write(json.dumps({"type": kind, "object": shown}).encode() + b"\n")
+        def encode(kind: str, obj: dict[str, Any]) -> bytes:
+            if kind in ("ERROR", "BOOKMARK"):
+                return json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+            if table:
+                shown = tables.table(rtype, version, [convert.present(rtype, version, obj)],
+                                     include_object=q.get("includeObject", "Metadata"),
+                                     resource_version=obj["metadata"]["resourceVersion"])
+                return json.dumps({"type": kind, "object": shown}).encode() + b"\n"
+            # Every watcher of a type gets the same bytes for an event: encode them once.
+            cache_key = (kind, obj["metadata"]["uid"], obj["metadata"]["resourceVersion"], rtype.group, version)
+            line = self._encoded.get(cache_key)
+            if line is None:
+                line = json.dumps({"type": kind, "object": convert.present(rtype, version, obj)}).encode() + b"\n"
+                self._encoded[cache_key] = line
+                if len(self._encoded) > 4096:
+                    self._encoded.popitem(last=False)
+            return line
 
         try:
             watcher = self.store.watch(rtype.key, namespace, self._selected(request, rtype, version), since=since)
         except ValueError as exc:
-            await send("ERROR", errors.gone(str(exc)).status())
+            await response.write(encode("ERROR", errors.gone(str(exc)).status()))
             return response
         if initial_events:
             watcher.queue.put_nowait(("BOOKMARK", {"k8s.io/initial-events-end": "true"}))
         bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
 
-        def bookmark(annotations: dict[str, str]) -> dict[str, Any]:
+        def bookmark(annotations: dict[str, str]) -> bytes:
             meta: dict[str, Any] = {"resourceVersion": self.store.resource_version}
             if annotations:
                 meta["annotations"] = annotations
-            return {"kind": rtype.kind, "apiVersion": rtype.api_version(version), "metadata": meta}
+            return encode("BOOKMARK", {"kind": rtype.kind, "apiVersion": rtype.api_version(version), "metadata": meta})
 
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(float(q.get("timeoutSeconds") or 1800), 3600)
@@ -332,15 +345,25 @@ class APIServer:
                     if deadline <= loop.time():
                         break  # the closing bookmark below is sent instead
                     item = ("BOOKMARK", {})
-                if item is None:
-                    break
-                if item[0] == "BOOKMARK":
-                    if bookmarks or item[1]:
-                        await send("BOOKMARK", bookmark(item[1]))
-                    continue
-                await send(*item)
-            if bookmarks and watcher.queue.empty():
-                await send("BOOKMARK", bookmark({}))
+                # Under a burst of writes, everything already queued goes out in one chunk.
+                batch = [item]
+                while batch[-1] is not None and not watcher.queue.empty() and len(batch) < 1000:
+                    batch.append(watcher.queue.get_nowait())
+                lines = []
+                for entry in batch:
+                    if entry is None:
+                        break
+                    if entry[0] == "BOOKMARK":
+                        if bookmarks or entry[1]:
+                            lines.append(bookmark(entry[1]))
+                    else:
+                        lines.append(encode(*entry))
+                if lines:
+                    await response.write(b"".join(lines))
+                if batch[-1] is None:
+                    return response
+            if bookmarks:
+                await response.write(bookmark({}))
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             pass  # the client went away
         finally:
