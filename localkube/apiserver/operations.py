@@ -79,7 +79,7 @@ class Operations:
     # -- create -----------------------------------------------------------------------------------------------
 
     async def create(self, rtype: ResourceType, version: str, namespace: str, body: Obj, *,
-                     strict: bool = False) -> Obj:
+                     strict: bool = False, dry_run: bool = False) -> Obj:
         if not isinstance(body, dict):
             raise errors.bad_request("the body of a create must be a JSON object")
         obj = convert.to_storage(rtype, copy.deepcopy(body))
@@ -119,13 +119,15 @@ class Operations:
         if self.store.get(rtype.key, meta.get("namespace", ""), name) is not None:
             raise errors.already_exists(group=rtype.group, plural=rtype.plural, name=name)
         self._check_namespace(rtype, namespace, creating=True)
+        if dry_run:
+            return obj
         self._before_write(rtype, obj)
         return self.store.write(rtype.key, obj, old=None)
 
     # -- update, patch ----------------------------------------------------------------------------------------
 
     async def replace(self, rtype: ResourceType, version: str, namespace: str, name: str, body: Obj, *,
-                      subresource: str = "", strict: bool = False) -> Obj:
+                      subresource: str = "", strict: bool = False, dry_run: bool = False) -> Obj:
         if not isinstance(body, dict):
             raise errors.bad_request("the body of an update must be a JSON object")
         body = convert.to_storage(rtype, copy.deepcopy(body))
@@ -140,17 +142,18 @@ class Operations:
         obj = await self._update(rtype, version, old, body, subresource=subresource, strict=strict)
         if wanted_rv and self.store.get(rtype.key, namespace, name) is not old:
             raise self._stale(rtype, name)  # changed while the webhooks were asked
-        return self._commit(rtype, old, obj)
+        return obj if dry_run else self._commit(rtype, old, obj)
 
     async def patch(self, rtype: ResourceType, version: str, namespace: str, name: str, content_type: str,
-                    body: Any, *, subresource: str = "", strict: bool = False) -> tuple[Obj, bool]:
+                    body: Any, *, subresource: str = "", strict: bool = False, dry_run: bool = False
+                    ) -> tuple[Obj, bool]:
         """Returns (object, created): server-side apply creates a missing object."""
         for _ in range(5):
             old = self.store.get(rtype.key, namespace, name)
             if old is None:
                 if content_type.startswith("application/apply-patch") and not subresource:
                     return await self.create(rtype, version, namespace, {**body, "metadata": {
-                        **(body.get("metadata") or {}), "name": name}}, strict=strict), True
+                        **(body.get("metadata") or {}), "name": name}}, strict=strict, dry_run=dry_run), True
                 raise errors.not_found(group=rtype.group, plural=rtype.plural, name=name)
             current = convert.present(rtype, version, old)
             patched = apply_patch(content_type, current, body)
@@ -162,7 +165,7 @@ class Operations:
             obj = await self._update(rtype, version, old, convert.to_storage(rtype, patched),
                                      subresource=subresource, strict=strict)
             if self.store.get(rtype.key, namespace, name) is old:
-                return self._commit(rtype, old, obj), False
+                return (obj if dry_run else self._commit(rtype, old, obj)), False
         raise self._stale(rtype, name)
 
     def _stale(self, rtype: ResourceType, name: str) -> errors.APIError:
@@ -221,7 +224,7 @@ class Operations:
     # -- delete -----------------------------------------------------------------------------------------------
 
     async def delete(self, rtype: ResourceType, version: str, namespace: str, name: str,
-                     options: Obj | None = None) -> Obj:
+                     options: Obj | None = None, *, dry_run: bool = False) -> Obj:
         options = options or {}
         obj = self.get(rtype, namespace, name)
         pre = options.get("preconditions") or {}
@@ -235,6 +238,8 @@ class Operations:
                                    old=convert.present(rtype, version, obj), mutate=False,
                                    options={"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", **options})
         obj = self.get(rtype, namespace, name)
+        if dry_run:
+            return obj
         return self.delete_now(rtype.key, obj, policy=options.get("propagationPolicy") or (
             "Orphan" if options.get("orphanDependents") else "Background"))
 

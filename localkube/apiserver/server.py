@@ -177,6 +177,7 @@ class APIServer:
             raise APIError(404, "NotFound", "the server could not find the requested resource")
         q = request.query
         method = request.method
+        dry_run = "All" in q.getall("dryRun", [])  # validated and admitted, never stored
         if not name:
             if method == "GET":
                 if q.get("watch") in ("true", "1"):
@@ -187,7 +188,7 @@ class APIServer:
                     raise APIError(405, "MethodNotAllowed", "the server does not allow this method on the "
                                                             "requested resource")
                 obj = await self.operations.create(rtype, version, namespace, await self._body(request),
-                                                   strict=q.get("fieldValidation") == "Strict")
+                                                   strict=q.get("fieldValidation") == "Strict", dry_run=dry_run)
                 return _json(convert.present(rtype, version, obj), status=201)
             if method == "DELETE":
                 return await self._delete_collection(request, rtype, version, namespace or None)
@@ -208,18 +209,20 @@ class APIServer:
             return _json(convert.present(rtype, version, obj))
         if method == "PUT":
             obj = await self.operations.replace(rtype, version, namespace, name, await self._body(request),
-                                                subresource=sub, strict=strict)
+                                                subresource=sub, strict=strict, dry_run=dry_run)
             return _json(convert.present(rtype, version, obj))
         if method == "PATCH":
             obj, created = await self.operations.patch(rtype, version, namespace, name,
                                                        request.headers.get("Content-Type", ""),
-                                                       await self._body(request), subresource=sub, strict=strict)
+                                                       await self._body(request), subresource=sub, strict=strict,
+                                                       dry_run=dry_run)
             return _json(convert.present(rtype, version, obj), status=201 if created else 200)
         if method == "DELETE":
             options = await self._body(request, default={})
             if "propagationPolicy" in q:
                 options = {**options, "propagationPolicy": q["propagationPolicy"]}
-            obj = await self.operations.delete(rtype, version, namespace, name, options)
+            obj = await self.operations.delete(rtype, version, namespace, name, options,
+                                               dry_run=dry_run or "All" in (options.get("dryRun") or ()))
             return _json(convert.present(rtype, version, obj))
         raise APIError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 

@@ -215,3 +215,13 @@ def test_errors_are_kubernetes_statuses(kubectl):
     named = kubectl("create", "-f", "-", "-o", "name",
                     stdin=manifest({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "gen-"}}))
     assert named.stdout.startswith("configmap/gen-") and len(named.stdout.strip()) == len("configmap/gen-") + 5
+
+
+def test_server_dry_run_stores_nothing(widgets):
+    done = widgets("create", "--dry-run=server", "-f", "-", stdin=manifest(widget("dry", size=2)))
+    assert done.stdout.strip() == f"widget.{GROUP}/dry created (server dry run)"
+    refused = widgets("create", "--dry-run=server", "-f", "-", stdin=manifest(widget("dry", size=0)), check=False)
+    assert "spec.size: Invalid value: 0" in refused.stderr
+    widgets("create", "-f", "-", stdin=manifest(widget("real")))
+    widgets("delete", "widget", "real", "--dry-run=server")
+    assert widgets("get", "widgets", "-o", "name").stdout.split() == [f"widget.{GROUP}/real"]
