@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from . import convert, errors, openapi, tables
+from . import convert, errors, openapi, protobuf, tables
 from .admission import Admission
 from .errors import APIError
 from .operations import Operations, now
@@ -229,8 +229,7 @@ class APIServer:
     async def _body(self, request: web.Request, default: Any = None) -> Any:
         raw = await request.read()
         if "protobuf" in request.headers.get("Content-Type", ""):
-            raise APIError(415, "UnsupportedMediaType", "localkube reads JSON request bodies only, not protobuf "
-                                                        "(kubectl's imperative generators): use kubectl create/apply -f")
+            return protobuf.decode(raw)
         if not raw:
             if default is not None:
                 return default

@@ -225,3 +225,14 @@ def test_server_dry_run_stores_nothing(widgets):
     widgets("create", "-f", "-", stdin=manifest(widget("real")))
     widgets("delete", "widget", "real", "--dry-run=server")
     assert widgets("get", "widgets", "-o", "name").stdout.split() == [f"widget.{GROUP}/real"]
+
+
+def test_imperative_creates_sent_as_protobuf(kubectl):
+    kubectl("create", "namespace", "team")
+    kubectl("create", "configmap", "c", "-n", "team", "--from-literal=a=b", "--from-literal=c=d")
+    kubectl("create", "secret", "generic", "s", "-n", "team", "--from-literal=password=hunter2")
+    kubectl("create", "serviceaccount", "robot", "-n", "team")
+    assert get_json(kubectl, "configmap", "c", "-n", "team")["data"] == {"a": "b", "c": "d"}
+    secret = get_json(kubectl, "secret", "s", "-n", "team")
+    assert secret["data"] == {"password": "aHVudGVyMg=="} and secret["type"] == "Opaque"
+    assert kubectl("get", "serviceaccount", "-n", "team", "-o", "name").stdout.split() == ["serviceaccount/robot"]
