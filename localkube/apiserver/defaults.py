@@ -49,7 +49,7 @@ def apply_defaults(rtype: ResourceType, obj: dict[str, Any], store: Store) -> No
     elif rtype.plural == "namespaces":
         spec.setdefault("finalizers", ["kubernetes"])
     elif rtype.plural == "secrets":
-        obj.setdefault("type", "Opaque")
+        obj["type"] = obj.get("type") or "Opaque"
         string_data = obj.pop("stringData", None) or {}
         obj["data"] = {**(obj.get("data") or {}),
                        **{k: base64.b64encode(v.encode()).decode() for k, v in string_data.items()}}
