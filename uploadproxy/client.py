@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -21,6 +22,7 @@ from uploadproxy import contract as c
 
 _CUT = (requests.ConnectionError, requests.exceptions.ChunkedEncodingError, requests.Timeout)
 _RETRYABLE = {500, 502, 503, 504}
+_MAX_REFRESHES = 3  # as virtctl
 
 
 class UploadFailed(Exception):
@@ -40,12 +42,23 @@ class UploadResult:
 
 
 class _Http:
-    """A requests session whose TLS setting wins over REQUESTS_CA_BUNDLE (a session-wide ``verify`` does not)."""
+    """A requests session whose TLS setting wins over REQUESTS_CA_BUNDLE (a session-wide ``verify`` does not),
+    carrying the bearer token and renewing it when the proxy stops accepting it."""
 
-    def __init__(self, *, verify: bool | str, token: str) -> None:
+    def __init__(self, *, verify: bool | str, token: str, refresh: Callable[[], str] | None) -> None:
         self._session = requests.Session()
         self._verify = verify
         self._auth = {"Authorization": f"Bearer {token}"}
+        self._refresh = refresh
+        self.refreshes = 0
+
+    def refresh(self) -> bool:
+        """Get a new token (tokens live five minutes; a long upload outlives one); False when out of renewals."""
+        if self._refresh is None or self.refreshes >= _MAX_REFRESHES:
+            return False
+        self.refreshes += 1
+        self._auth = {"Authorization": f"Bearer {self._refresh()}"}
+        return True
 
     def request(self, method: str, url: str, *, headers: dict[str, str] | None = None,
                 **kwargs: object) -> requests.Response:
@@ -87,11 +100,14 @@ def endpoint(base: str, path: str) -> str:
 
 
 def upload(base_url: str, path: str | Path, *, token: str, verify: bool | str = True, checksum: str | None = None,
-           retries: int = 5, progress: bool = True) -> UploadResult:
-    """Upload ``path``; returns once the server answered 200 (sync: processed; async: received)."""
+           retries: int = 5, progress: bool = True, refresh_token: Callable[[], str] | None = None) -> UploadResult:
+    """Upload ``path``; returns once the server answered 200 (sync: processed; async: received).
+
+    A 401 on the first attempt is final (the token was never good); later ones call ``refresh_token``.
+    """
     path = Path(path)
     size = path.stat().st_size
-    http = _Http(verify=verify, token=token)
+    http = _Http(verify=verify, token=token, refresh=refresh_token)
     probe = http.request("HEAD", endpoint(base_url, c.ASYNC_PATH), timeout=60)
     asynchronous = probe.status_code == 200
     url = base_url if c.upload_path("/".join(base_url.split("/")[-2:])) else endpoint(
@@ -118,9 +134,9 @@ def upload(base_url: str, path: str | Path, *, token: str, verify: bool | str = 
                     return UploadResult(url=url, asynchronous=asynchronous, size=size, bytes_sent=sent[0],
                                         attempts=attempt, resumes=resumes)
                 last_error = f"unexpected return value {response.status_code}, {response.text}"
-                if response.status_code == 401 and attempt == 1:
+                if response.status_code == 401 and (attempt == 1 or not http.refresh()):
                     raise UploadFailed(f"authentication failed: {response.text}", status=401)
-                if response.status_code not in _RETRYABLE and response.status_code != 416:
+                if response.status_code not in _RETRYABLE | {401, 416}:
                     raise UploadFailed(last_error, status=response.status_code)
             time.sleep(random.uniform(0, 0.05) * attempt)  # noqa: S311 - jitter, as virtctl does
             offset = _held(http, base_url, size)
@@ -138,6 +154,8 @@ def _held(http: _Http, base_url: str, size: int, *, settle: float = 10.0) -> int
     while True:
         try:
             state = http.request("GET", endpoint(base_url, c.STATE_PATH), timeout=60)
+            if state.status_code == 401 and http.refresh():
+                continue
             body = state.json() if state.status_code == 200 else {}
         except (requests.RequestException, ValueError):
             return 0

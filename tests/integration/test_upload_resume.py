@@ -14,7 +14,7 @@ import requests
 from tests.fixtures.images import ImageSet
 from tests.fixtures.upload import MakeStack, UploadPKI, UploadStack, UpstreamCut
 from tests.integration.test_upload_flow import assert_finished, curl
-from uploadproxy import client
+from uploadproxy import client, token
 from uploadproxy.contract import STATE_PATH, UPLOAD_PATH
 
 CHUNK = 1 << 20  # the largest piece the server reads off a connection at once
@@ -55,6 +55,42 @@ def test_cut_at_90_percent_resends_at_most_the_rest(upload_stack: UploadStack, c
     assert result.bytes_sent - size <= size // 10 + CHUNK
     assert_finished(upload_stack)
     images.assert_imported(upload_stack.volume / "disk.img", "disk.raw")
+
+
+def test_a_token_that_stops_working_mid_upload_is_renewed(upload_stack: UploadStack, images: ImageSet,
+                                                          upload_pki: UploadPKI) -> None:
+    image = images.path("disk.raw")
+    size = image.stat().st_size
+    new_key = token.generate_key()
+    renewed: list[str] = []
+
+    def rotate() -> None:  # the issuer's key changes while the upload is under way
+        upload_stack.proxy.public_key = token.public_pem(new_key)
+
+    def refresh() -> str:
+        renewed.append(token.issue(new_key, namespace="ns", name="disk"))
+        return renewed[-1]
+
+    relay = UpstreamCut(target_port=int(upload_stack.proxy_url.rsplit(":", 1)[1]), cut_after=size // 2,
+                        on_cut=rotate)
+    try:
+        result = client.upload(f"https://127.0.0.1:{relay.port}", image, token=upload_stack.token(),
+                               verify=str(upload_pki.ca), progress=False, refresh_token=refresh)
+    finally:
+        relay.close()
+    assert len(renewed) == 1 and result.resumes == 1
+    assert result.bytes_sent - size <= size // 2 + CHUNK  # resumed, not sent again from the start
+    assert_finished(upload_stack)
+    images.assert_imported(upload_stack.volume / "disk.img", "disk.raw")
+
+
+def test_a_token_refused_at_once_is_not_retried(upload_stack: UploadStack, images: ImageSet,
+                                                upload_pki: UploadPKI) -> None:
+    forged = token.issue(token.generate_key(), namespace="ns", name="disk")
+    with pytest.raises(client.UploadFailed) as failure:
+        client.upload(upload_stack.proxy_url, images.path("disk.raw"), token=forged, verify=str(upload_pki.ca),
+                      progress=False, refresh_token=lambda: pytest.fail("refreshed a token that never worked"))
+    assert failure.value.status == 401 and str(failure.value).startswith("authentication failed: invalid token")
 
 
 def test_a_plain_client_that_starts_over_replaces_the_cut_upload(upload_stack: UploadStack, cut_at_90: UpstreamCut,
