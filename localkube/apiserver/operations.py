@@ -181,7 +181,7 @@ class Operations:
                 obj.pop("status")
         else:
             obj = new
-            if rtype.version(version).status or (rtype.builtin and rtype.has_status):
+            if rtype.version(version).status:
                 obj.pop("status", None)
                 if "status" in old:
                     obj["status"] = copy.deepcopy(old["status"])

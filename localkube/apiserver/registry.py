@@ -63,8 +63,8 @@ class Registry:
                               "categories": list(t.categories)})
             for sub in (["status"] if t.version(version).status else []) + list(t.extra_subresources):
                 resources.append({"name": f"{t.plural}/{sub}", "singularName": "", "namespaced": t.namespaced,
-                                  "kind": t.kind if sub == "status" else "Pod" if sub == "log" else t.kind,
-                                  "verbs": ["get", "patch", "update"] if sub == "status" else ["get"]})
+                                  "kind": "Binding" if sub == "binding" else t.kind,
+                                  "verbs": {"status": ["get", "patch", "update"], "binding": ["create"]}.get(sub, ["get"])})
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": types[0].api_version(version),
                 "resources": resources}
 

@@ -197,6 +197,17 @@ class APIServer:
             raise APIError(404, "NotFound", "the server could not find the requested resource")
         if sub == "log" and plural == "pods" and not group and method == "GET":
             return await self._log(request, namespace, name)
+        if sub == "binding" and plural == "pods" and not group and method == "POST":
+            # What a scheduler does: bind the pod to a node (spec.nodeName), once.
+            target = ((await self._body(request)).get("target") or {}).get("name")
+            pod = self.operations.get(rtype, namespace, name)
+            if not target or pod.get("spec", {}).get("nodeName"):
+                raise errors.conflict(group="", plural="pods", name=name, why="pod is already assigned to a node"
+                                      if target else "a binding needs target.name")
+            await self.operations.patch(rtype, version, namespace, name, "application/merge-patch+json",
+                                        {"spec": {"nodeName": target}})
+            return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
+                         status=201)
         if sub and not (sub == "status" and rtype.version(version).status):
             raise APIError(404, "NotFound", "the server could not find the requested resource")
         strict = q.get("fieldValidation") == "Strict"

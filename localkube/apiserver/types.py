@@ -74,7 +74,7 @@ def _builtin(group: str, version: str, kind: str, plural: str, *, namespaced: bo
 BUILTINS: tuple[ResourceType, ...] = (
     _builtin("", "v1", "Namespace", "namespaces", namespaced=False, short=("ns",), status=True,
              columns=(Column("Status", ".status.phase"),)),
-    _builtin("", "v1", "Pod", "pods", short=("po",), status=True, categories=("all",), extra=("log",),
+    _builtin("", "v1", "Pod", "pods", short=("po",), status=True, categories=("all",), extra=("log", "binding"),
              columns=(Column("Status", ".status.phase"),
                       Column("Restarts", ".status.containerStatuses[*].restartCount", "integer"),
                       Column("IP", ".status.podIP", priority=1), Column("Node", ".spec.nodeName", priority=1))),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -180,3 +181,27 @@ def test_pod_logs_come_from_the_registered_provider(apiserver, kubectl):
                       "previous": False, "tail_lines": 5}]
     raw = urllib.request.urlopen(f"{apiserver.url}/api/v1/namespaces/default/pods/p/log").read()
     assert raw == b"hello from default/p/None\n"
+
+
+def test_followed_logs_stream_from_an_async_provider(apiserver, kubectl):
+    kubectl("run", "p", "--image=busybox", "--", "sleep", "1")
+
+    async def follow(**query):
+        for i in range(3):
+            yield f"line {i}\n".encode()
+
+    apiserver.server.log_provider = lambda **query: follow(**query)
+    assert kubectl("logs", "-f", "p").stdout == "line 0\nline 1\nline 2\n"
+
+
+def test_binding_assigns_the_pod_to_a_node_once(apiserver, kubectl):
+    kubectl("run", "p", "--image=busybox")
+    binding = json.dumps({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"},
+                          "target": {"kind": "Node", "name": "node-1"}}).encode()
+    url = f"{apiserver.url}/api/v1/namespaces/default/pods/p/binding"
+    post = urllib.request.Request(url, data=binding, method="POST", headers={"Content-Type": "application/json"})
+    assert urllib.request.urlopen(post).status == 201
+    assert kubectl("get", "pod", "p", "-o", "jsonpath={.spec.nodeName}").stdout == "node-1"
+    with pytest.raises(urllib.error.HTTPError) as again:
+        urllib.request.urlopen(post)
+    assert again.value.code == 409
