@@ -39,9 +39,9 @@ _RAW = (c.SYNC, c.ASYNC, c.ARCHIVE)
 _ASYNC = (c.ASYNC, c.FORM_ASYNC)
 _FORM = (c.FORM, c.FORM_ASYNC)
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
-_SERVER_SIDE = {Reason.TargetError, Reason.InternalError, Reason.TransferFailed, Reason.Timeout,
-                Reason.SourceUnreachable}
-_READ_ERRORS = (ConnectionError, aiohttp.ClientPayloadError, asyncio.IncompleteReadError, aiohttp.ClientError)
+# Failures that are not the upload's fault answer 500; everything else is bad input (400), as CDI.
+_SERVER_SIDE = {Reason.TargetError, Reason.InternalError, Reason.TransferFailed, Reason.Timeout}
+_READ_ERRORS = (ConnectionError, aiohttp.ClientError, asyncio.IncompleteReadError)
 
 
 @dataclass(frozen=True)
