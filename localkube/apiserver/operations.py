@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import datetime
 import random
+import re
 import uuid
 from typing import Any
 
@@ -36,6 +37,23 @@ def _content(obj: Obj, rtype: ResourceType) -> Obj:
     """What `metadata.generation` counts changes of: everything but metadata (and status, if it is separate)."""
     skip = {"metadata", "status"} if rtype.has_status else {"metadata"}
     return {k: v for k, v in obj.items() if k not in skip}
+
+
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _check_name(rtype: ResourceType, name: str) -> None:
+    """Names are RFC 1123 subdomains (namespaces: labels), as the API server requires."""
+    label = rtype.key == NAMESPACE_KEY
+    pattern, limit = (_LABEL, 63) if label else (_SUBDOMAIN, 253)
+    if len(name) > limit or not pattern.match(name):
+        what, chars = ("label", "'-'") if label else ("subdomain", "'-' or '.'")
+        raise errors.invalid(group=rtype.group, kind=rtype.kind, name=name, causes=[(
+            "FieldValueInvalid", "metadata.name",
+            f'Invalid value: "{name}": a lowercase RFC 1123 {what} must consist of lower case alphanumeric '
+            f"characters, {chars}, and must start and end with an alphanumeric character "
+            f"(at most {limit} characters)")])
 
 
 class Operations:
@@ -97,6 +115,7 @@ class Operations:
                     ("FieldValueRequired", "metadata.name", "Required value: name or generateName is required")])
             meta["name"] = meta["generateName"] + "".join(random.choice(_NAME_CHARS) for _ in range(5))
         name = meta["name"]
+        _check_name(rtype, name)
         self._check_namespace(rtype, namespace, creating=True)
         for owned in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields"):
             meta.pop(owned, None)

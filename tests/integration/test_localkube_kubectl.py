@@ -212,6 +212,8 @@ def test_errors_are_kubernetes_statuses(kubectl):
     kubectl("create", "-f", "-", stdin=manifest(_configmap("c")))
     again = kubectl("create", "-f", "-", stdin=manifest(_configmap("c")), check=False)
     assert 'configmaps "c" already exists' in again.stderr
+    bad_name = kubectl("create", "-f", "-", stdin=manifest(_configmap("Not_A_Name")), check=False)
+    assert 'metadata.name: Invalid value: "Not_A_Name": a lowercase RFC 1123 subdomain' in bad_name.stderr
     named = kubectl("create", "-f", "-", "-o", "name",
                     stdin=manifest({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "gen-"}}))
     assert named.stdout.startswith("configmap/gen-") and len(named.stdout.strip()) == len("configmap/gen-") + 5
