@@ -7,7 +7,9 @@ The controller renders importer pods from these names and parses termination mes
 from __future__ import annotations
 
 import json
+import logging
 import re
+from pathlib import Path
 from dataclasses import dataclass, field
 
 from importer.errors import ImportFailed, Reason
@@ -136,3 +138,11 @@ def parse_termination(exit_code: int, message: str) -> Termination:
     if match and match["reason"] in Reason.__members__:
         reason = Reason[match["reason"]]
     return Termination(exit_code=exit_code, message=first, reason=reason)
+
+
+def write_termination(path: Path, text: str) -> None:
+    """Write the termination message; a pod without the file (a local run) only loses the message, not the work."""
+    try:
+        path.write_text(text[:TERMINATION_MESSAGE_MAX])
+    except OSError as error:
+        logging.getLogger(__name__).warning("cannot write termination message to %s: %s", path, error)

@@ -32,29 +32,23 @@ def main() -> int:
             progress.add_listener(metric)
         result = run_import(request, progress=progress)
     except ImportFailed as failure:
-        _write(termination, c.failure_message(failure, source=source))
+        c.write_termination(termination, c.failure_message(failure, source=source))
         log.error("%s", failure)
         return 1
     except Exception as error:  # a bug: still one line in the termination message, and a traceback in the log
         log.exception("import failed")
-        _write(termination, c.failure_message(ImportFailed(Reason.InternalError, f"{type(error).__name__}: {error}"),
-                                              source=source))
+        bug = ImportFailed(Reason.InternalError, f"{type(error).__name__}: {error}")
+        c.write_termination(termination, c.failure_message(bug, source=source))
         return 1
-    _write(termination, c.success_message(preallocation_applied=result.preallocation_applied, labels=result.labels,
-                                          scratch_key=source != c.SOURCE_NONE))
+    done = c.success_message(preallocation_applied=result.preallocation_applied, labels=result.labels,
+                             scratch_key=source != c.SOURCE_NONE)
+    c.write_termination(termination, done)
     log.info("import complete: %s %s bytes into %s", result.format, result.virtual_size, result.target)
     return 0
 
 
 def _log_progress(snapshot: Snapshot) -> None:
     log.info("%s %.2f%% (%d bytes)", snapshot.phase, snapshot.percent, snapshot.done_bytes)
-
-
-def _write(path: Path, text: str) -> None:
-    try:
-        path.write_text(text)
-    except OSError as error:
-        log.warning("cannot write termination message to %s: %s", path, error)
 
 
 if __name__ == "__main__":

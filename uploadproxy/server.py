@@ -365,21 +365,14 @@ def main(argv: list[str] | None = None) -> int:
                                    ssl_context=context))
     except (ImportFailed, OSError, ssl.SSLError, ValueError) as error:
         log.error("%s", error)
-        _write(termination, str(error))
+        ic.write_termination(termination, str(error))
         return 1
     if server.completed is not None:
-        _write(termination, ic.success_message(preallocation_applied=server.completed.preallocation_applied,
+        ic.write_termination(termination, ic.success_message(preallocation_applied=server.completed.preallocation_applied,
                                                message=ic.UPLOAD_COMPLETE, scratch_key=False))
     else:
-        _write(termination, ic.deadline_message())
+        ic.write_termination(termination, ic.deadline_message())
     return 0
-
-
-def _write(path: Path, text: str) -> None:
-    try:
-        path.write_text(text)
-    except OSError as error:
-        log.warning("cannot write termination message to %s: %s", path, error)
 
 
 if __name__ == "__main__":
