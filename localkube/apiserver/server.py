@@ -253,7 +253,10 @@ class APIServer:
 
     def _selected(self, request: web.Request, rtype: ResourceType, version: str
                   ) -> Callable[[dict[str, Any]], bool]:
-        match = object_matcher(labels=request.query.get("labelSelector"), fields=request.query.get("fieldSelector"))
+        labels, fields = request.query.get("labelSelector"), request.query.get("fieldSelector")
+        if not labels and not fields:
+            return lambda obj: True
+        match = object_matcher(labels=labels, fields=fields)
         return lambda obj: match(convert.present(rtype, version, obj))
 
     def _list(self, request: web.Request, rtype: ResourceType, version: str, namespace: str | None
@@ -432,7 +435,7 @@ class APIServer:
         for (group, version), url in list(self.registry.aggregated.items()):
             try:
                 async with self._client().get(f"{url}/apis/{group}/{version}", ssl=self._tls_for(group, version),
-                                              timeout=aiohttp.ClientTimeout(total=5)) as answer:
+                                              timeout=aiohttp.ClientTimeout(total=2)) as answer:
                     if answer.status == 200:
                         lists[(group, version)] = await answer.json(content_type=None)
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:

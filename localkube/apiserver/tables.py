@@ -6,7 +6,7 @@ import datetime
 import re
 from typing import Any
 
-from .types import Column, ResourceType
+from .types import POD_READY, POD_STATUS, Column, ResourceType
 
 _STEP = re.compile(r"\[\?\(@\.([\w.]+)\s*==\s*['\"]([^'\"]*)['\"]\)\]|\[(\*|-?\d+)\]|\.([\w-]+)")
 
@@ -51,7 +51,36 @@ def age(timestamp: str, now: datetime.datetime | None = None) -> str:
     return f"{max(seconds, 0)}s"
 
 
+def _pod_ready(pod: dict[str, Any]) -> str:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    total = len((pod.get("spec") or {}).get("containers") or [])
+    return f"{sum(1 for s in statuses if s.get('ready'))}/{total}"
+
+
+def _pod_status(pod: dict[str, Any]) -> str:
+    """The reason kubectl prints: Terminating, a container's waiting/terminated reason, else the phase."""
+    if pod["metadata"].get("deletionTimestamp"):
+        return "Terminating"
+    status = pod.get("status") or {}
+    reason = status.get("reason") or status.get("phase") or "Unknown"
+    for container in status.get("containerStatuses") or []:
+        state = container.get("state") or {}
+        waiting, terminated = state.get("waiting") or {}, state.get("terminated") or {}
+        if waiting.get("reason"):
+            reason = waiting["reason"]
+        elif terminated.get("reason"):
+            reason = terminated["reason"]
+        elif terminated:
+            reason = f"ExitCode:{terminated.get('exitCode', 0)}"
+    return reason
+
+
+_COMPUTED = {POD_READY: _pod_ready, POD_STATUS: _pod_status}
+
+
 def _cell(obj: dict[str, Any], column: Column) -> Any:
+    if column.json_path in _COMPUTED:
+        return _COMPUTED[column.json_path](obj)
     values = jsonpath(obj, column.json_path)
     if not values:
         return None

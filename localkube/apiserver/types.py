@@ -59,6 +59,9 @@ class ResourceType:
         return any(v.status for v in self.versions)
 
 
+# Printer columns computed as kubectl shows them for pods, not read by a JSONPath (see tables.py).
+POD_READY = "<pod ready>"
+POD_STATUS = "<pod status>"
 _AGE = Column("Age", ".metadata.creationTimestamp", "date")
 
 
@@ -75,7 +78,7 @@ BUILTINS: tuple[ResourceType, ...] = (
     _builtin("", "v1", "Namespace", "namespaces", namespaced=False, short=("ns",), status=True,
              columns=(Column("Status", ".status.phase"),)),
     _builtin("", "v1", "Pod", "pods", short=("po",), status=True, categories=("all",), extra=("log", "binding"),
-             columns=(Column("Status", ".status.phase"),
+             columns=(Column("Ready", POD_READY), Column("Status", POD_STATUS),
                       Column("Restarts", ".status.containerStatuses[*].restartCount", "integer"),
                       Column("IP", ".status.podIP", priority=1), Column("Node", ".spec.nodeName", priority=1))),
     _builtin("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", short=("pvc",), status=True,

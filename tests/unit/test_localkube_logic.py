@@ -136,3 +136,22 @@ def test_crd_discovery_in_both_forms():
     assert resource["subresources"] == [{"subresource": "status", "verbs": ["get", "patch", "update"],
                                          "responseKind": {"group": "demo.localkube.test", "version": "v1",
                                                           "kind": "Widget"}}]
+
+
+def test_pod_columns_read_like_kubectl():
+    registry = Registry()
+    pods = registry.lookup("", "v1", "pods")
+    pod = {"metadata": {"name": "p", "creationTimestamp": "2026-01-01T00:00:00Z"},
+           "spec": {"containers": [{"name": "a"}, {"name": "b"}]},
+           "status": {"phase": "Running", "containerStatuses": [
+               {"name": "a", "ready": True, "restartCount": 1, "state": {"running": {}}},
+               {"name": "b", "ready": False, "restartCount": 2,
+                "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}}
+    table = tables.table(pods, "v1", [pod], include_object="None", resource_version="1")
+    names = [c["name"] for c in table["columnDefinitions"]]
+    row = dict(zip(names, table["rows"][0]["cells"]))
+    assert (row["Name"], row["Ready"], row["Status"], row["Restarts"]) == ("p", "1/2", "CrashLoopBackOff", 3)
+    done = {**pod, "status": {"phase": "Succeeded", "containerStatuses": [
+        {"name": "a", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}}
+    assert tables.table(pods, "v1", [done], include_object="None", resource_version="1")["rows"][0]["cells"][2] == \
+        "Completed"
