@@ -163,3 +163,15 @@ def test_events_in_both_api_groups_share_storage(apiserver, core):
     assert new.note == "it runs" and new.regarding.name == "p"
     assert [e.metadata.name for e in core.list_namespaced_event(
         "default", field_selector="involvedObject.name=p,involvedObject.kind=Pod").items] == ["e1"]
+
+
+def test_deleting_a_crd_deletes_its_objects_and_its_api(apiserver, custom):
+    custom.create_namespaced_custom_object(GROUP, "v1", "default", "widgets", widget("w"))
+    with api_client(apiserver) as api:
+        client.ApiextensionsV1Api(api).delete_custom_resource_definition(f"widgets.{GROUP}")
+        groups = [g.name for g in client.ApisApi(api).get_api_versions().groups]
+    assert GROUP not in groups
+    with pytest.raises(client.ApiException) as gone:
+        custom.list_namespaced_custom_object(GROUP, "v1", "default", "widgets")
+    assert gone.value.status == 404
+    assert apiserver.store.list((GROUP, "widgets")) == []

@@ -56,12 +56,12 @@ def http_server(handle: Handler, *, tls=None) -> Iterator[tuple[str, list]]:
 def review(method: str, path: str, body: dict | None) -> tuple[int, dict]:
     """Mutates by adding a label; the validator refuses objects labelled deny=yes."""
     request = body["request"]
-    labels = ((request["object"] or {}).get("metadata") or {}).get("labels") or {}
+    labels = ((request["object"] or request["oldObject"] or {}).get("metadata") or {}).get("labels") or {}
     response: dict = {"uid": request["uid"], "allowed": True}
     if path == "/mutate":
         patch = [{"op": "add", "path": "/metadata/labels/mutated", "value": request["operation"].lower()}]
         response.update(patchType="JSONPatch", patch=base64.b64encode(json.dumps(patch).encode()).decode())
-    elif labels.get("deny") == "yes":
+    elif labels.get("deny") == "yes" or (request["operation"] == "DELETE" and labels.get("keep") == "yes"):
         response.update(allowed=False, status={"code": 403, "message": "no thanks"})
     return 200, {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
@@ -75,7 +75,7 @@ def webhook(kind: str, url: str, *, ca: bytes | None = None, policy: str = "Fail
             "webhooks": [{"name": f"{kind.lower()}.localkube.test", "clientConfig": client_config,
                           "failurePolicy": policy, "sideEffects": "None", "admissionReviewVersions": ["v1"],
                           "objectSelector": {"matchExpressions": [{"key": "skip", "operator": "DoesNotExist"}]},
-                          "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                          "rules": [{"operations": ["CREATE", "UPDATE", "DELETE"], "apiGroups": [""], "apiVersions": ["v1"],
                                      "resources": ["configmaps"]}]}]}
 
 
@@ -98,13 +98,18 @@ def test_webhooks_over_https_mutate_and_reject(kubectl, tls_ca):
         assert kubectl("get", "configmap", "bad", check=False).returncode == 1
 
         kubectl("create", "-f", "-", stdin=manifest(configmap("skipped", skip="1", deny="yes")))  # objectSelector
+        kubectl("create", "-f", "-", stdin=manifest(configmap("kept", keep="yes")))
+        kept = kubectl("delete", "configmap", "kept", check=False)
+        assert 'admission webhook "validating.localkube.test" denied the request: no thanks' in kept.stderr
+        assert kubectl("get", "configmap", "kept", "-o", "name").stdout.strip() == "configmap/kept"
         kubectl("create", "-f", "-", stdin=manifest(
             {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}}))  # no rule matches secrets
 
     sent = [body["request"] for _, _, body in received]
-    assert [(r["operation"], r["name"], r["kind"]["kind"]) for r in sent] == [
-        ("CREATE", "ok", "ConfigMap"), ("CREATE", "ok", "ConfigMap"), ("CREATE", "bad", "ConfigMap"),
-        ("CREATE", "bad", "ConfigMap")]
+    assert [(r["operation"], r["name"]) for r in sent] == [
+        ("CREATE", "ok"), ("CREATE", "ok"), ("CREATE", "bad"), ("CREATE", "bad"), ("CREATE", "kept"),
+        ("CREATE", "kept"), ("DELETE", "kept")]  # mutating then validating; only validating on DELETE
+    assert sent[-1]["oldObject"]["metadata"]["name"] == "kept" and sent[-1]["object"] is None
     assert sent[1]["object"]["metadata"]["labels"] == {"mutated": "create"}  # validators see the mutation
 
 
