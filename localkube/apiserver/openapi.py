@@ -32,8 +32,13 @@ def v3_document(registry: Registry, group: str, version: str) -> dict[str, Any] 
                            for n in ("dryRun", "fieldManager", "fieldValidation", "force")],
             "requestBody": {"content": {c: {"schema": {"type": "object"}} for c in _PATCH_TYPES}},
             "responses": {"200": {"description": "OK"}}}}
+    # A CRD's schema, so `kubectl explain` can describe its fields.
+    schemas = {f"{group}.{version}.{t.kind}": {**t.version(version).schema,
+                                               "x-kubernetes-group-version-kind": [
+                                                   {"group": group, "version": version, "kind": t.kind}]}
+               for t in types if t.version(version).schema}
     return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.37.0"}, "paths": paths,
-            "components": {"schemas": {}}}
+            "components": {"schemas": schemas}}
 
 
 def v3_index(registry: Registry) -> dict[str, Any]:

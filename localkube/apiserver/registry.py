@@ -59,7 +59,8 @@ class Registry:
         resources: list[dict[str, Any]] = []
         for t in types:
             resources.append({"name": t.plural, "singularName": t.singular, "namespaced": t.namespaced,
-                              "kind": t.kind, "verbs": list(VERBS), "shortNames": list(t.short_names),
+                              "kind": t.kind, "verbs": ["create"] if t.review else list(VERBS),
+                              "shortNames": list(t.short_names),
                               "categories": list(t.categories)})
             for sub in (["status"] if t.version(version).status else []) + list(t.extra_subresources):
                 resources.append({"name": f"{t.plural}/{sub}", "singularName": "", "namespaced": t.namespaced,

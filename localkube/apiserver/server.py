@@ -178,6 +178,16 @@ class APIServer:
         q = request.query
         method = request.method
         dry_run = "All" in q.getall("dryRun", [])  # validated and admitted, never stored
+        if rtype.review:
+            if method != "POST" or name:
+                raise APIError(405, "MethodNotAllowed", f"{plural} can only be created")
+            # kubectl auth can-i sends protobuf; the answer does not depend on the question.
+            body = {} if "protobuf" in request.headers.get("Content-Type", "") else await self._body(request)
+            allowed = {"allowed": True, "reason": "localkube authorizes every request"}
+            answer = {"authenticated": True, "user": {"username": "localkube-admin", "groups": [
+                "system:masters", "system:authenticated"]}} if plural == "tokenreviews" else allowed
+            return _json({**body, "apiVersion": rtype.api_version(version), "kind": rtype.kind,
+                          "status": answer}, status=201)
         if not name:
             if method == "GET":
                 if q.get("watch") in ("true", "1"):

@@ -6,7 +6,7 @@ import datetime
 import re
 from typing import Any
 
-from .types import POD_READY, POD_STATUS, Column, ResourceType
+from .types import POD_READY, POD_RESTARTS, POD_STATUS, Column, ResourceType
 
 _STEP = re.compile(r"\[\?\(@\.([\w.]+)\s*==\s*['\"]([^'\"]*)['\"]\)\]|\[(\*|-?\d+)\]|\.([\w-]+)")
 
@@ -75,7 +75,11 @@ def _pod_status(pod: dict[str, Any]) -> str:
     return reason
 
 
-_COMPUTED = {POD_READY: _pod_ready, POD_STATUS: _pod_status}
+def _pod_restarts(pod: dict[str, Any]) -> int:
+    return sum(s.get("restartCount", 0) for s in (pod.get("status") or {}).get("containerStatuses") or [])
+
+
+_COMPUTED = {POD_READY: _pod_ready, POD_STATUS: _pod_status, POD_RESTARTS: _pod_restarts}
 
 
 def _cell(obj: dict[str, Any], column: Column) -> Any:
@@ -86,8 +90,6 @@ def _cell(obj: dict[str, Any], column: Column) -> Any:
         return None
     if column.type == "date":
         return age(values[0])
-    if column.json_path.endswith("restartCount") and len(values) > 1:
-        return sum(v for v in values if isinstance(v, int))
     value = values[0]
     if column.type == "string" and not isinstance(value, str):
         return ",".join(str(v) for v in values) if len(values) > 1 else str(value)

@@ -41,6 +41,8 @@ class ResourceType:
     extra_subresources: tuple[str, ...] = ()  # e.g. pods/log
     list_kind: str = ""
     builtin: bool = True
+    # Reviews (access, token): answered on create and never stored; localkube allows everything.
+    review: bool = False
     # Objects are stored under one key for every served version (and for events.k8s.io, the core events).
     storage: tuple[str, str] = field(default=("", ""))
 
@@ -62,16 +64,17 @@ class ResourceType:
 # Printer columns computed as kubectl shows them for pods, not read by a JSONPath (see tables.py).
 POD_READY = "<pod ready>"
 POD_STATUS = "<pod status>"
+POD_RESTARTS = "<pod restarts>"
 _AGE = Column("Age", ".metadata.creationTimestamp", "date")
 
 
 def _builtin(group: str, version: str, kind: str, plural: str, *, namespaced: bool = True,
              short: tuple[str, ...] = (), status: bool = False, columns: tuple[Column, ...] = (),
              categories: tuple[str, ...] = (), extra: tuple[str, ...] = (),
-             storage: tuple[str, str] = ("", "")) -> ResourceType:
+             storage: tuple[str, str] = ("", ""), review: bool = False) -> ResourceType:
     return ResourceType(group=group, plural=plural, singular=kind.lower(), kind=kind, namespaced=namespaced,
                         versions=(Version(version, None, columns + (_AGE,), status),), short_names=short,
-                        categories=categories, extra_subresources=extra, storage=storage)
+                        categories=categories, extra_subresources=extra, storage=storage, review=review)
 
 
 BUILTINS: tuple[ResourceType, ...] = (
@@ -79,7 +82,7 @@ BUILTINS: tuple[ResourceType, ...] = (
              columns=(Column("Status", ".status.phase"),)),
     _builtin("", "v1", "Pod", "pods", short=("po",), status=True, categories=("all",), extra=("log", "binding"),
              columns=(Column("Ready", POD_READY), Column("Status", POD_STATUS),
-                      Column("Restarts", ".status.containerStatuses[*].restartCount", "integer"),
+                      Column("Restarts", POD_RESTARTS, "integer"),
                       Column("IP", ".status.podIP", priority=1), Column("Node", ".spec.nodeName", priority=1))),
     _builtin("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", short=("pvc",), status=True,
              columns=(Column("Status", ".status.phase"), Column("Volume", ".spec.volumeName"),
@@ -111,6 +114,12 @@ BUILTINS: tuple[ResourceType, ...] = (
     _builtin("apiregistration.k8s.io", "v1", "APIService", "apiservices", namespaced=False, status=True),
     _builtin("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions",
              namespaced=False, short=("crd", "crds"), status=True, categories=("api-extensions",)),
+    _builtin("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", namespaced=False,
+             review=True),
+    _builtin("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews",
+             namespaced=False, review=True),
+    _builtin("authorization.k8s.io", "v1", "LocalSubjectAccessReview", "localsubjectaccessreviews", review=True),
+    _builtin("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", namespaced=False, review=True),
     _builtin("apps", "v1", "Deployment", "deployments", short=("deploy",), status=True, categories=("all",)),
     _builtin("rbac.authorization.k8s.io", "v1", "Role", "roles"),
     _builtin("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings"),

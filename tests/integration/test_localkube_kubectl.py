@@ -237,3 +237,9 @@ def test_imperative_creates_sent_as_protobuf(kubectl):
     secret = get_json(kubectl, "secret", "s", "-n", "team")
     assert secret["data"] == {"password": "aHVudGVyMg=="} and secret["type"] == "Opaque"
     assert kubectl("get", "serviceaccount", "-n", "team", "-o", "name").stdout.split() == ["serviceaccount/robot"]
+
+
+def test_everyone_may_do_everything_and_explain_reads_the_crd_schema(widgets):
+    assert widgets("auth", "can-i", "delete", "pods").stdout.strip() == "yes"
+    explained = widgets("explain", "widgets.spec")
+    assert "size\t<integer> -required-" in explained.stdout and "color\t<string>" in explained.stdout
