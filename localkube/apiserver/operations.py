@@ -392,4 +392,5 @@ class Operations:
         served = from_crd(crd)
         self.registry.remove(served.group, served.plural)
         for obj in self.store.list(served.key):
-            self.store.remove(served.key, obj)
+            if self.store.by_uid(obj["metadata"]["uid"]) is not None:
+                self._remove(served.key, obj)  # their dependents are collected as usual
