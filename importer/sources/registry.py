@@ -44,7 +44,8 @@ MANIFEST_TYPES = (
 INDEX_TYPES = MANIFEST_TYPES[0::2]
 _ACCEPT = ",".join(MANIFEST_TYPES)
 _REDIRECTS = {301, 302, 303, 307, 308}
-_REFERENCE = re.compile(r"^docker://(?P<host>[^/]+)/(?P<repo>[^:@]+(?:/[^:@]+)*)(?::(?P<tag>[\w][\w.-]*))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$")
+_REFERENCE = re.compile(r"^docker://(?P<host>[^/]+)/(?P<repo>[^:@]+)"
+                        r"(?::(?P<tag>\w[\w.-]*))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$")
 _DIGEST = re.compile(r"^(?P<alg>sha256|sha512):(?P<hex>[0-9a-f]+)$")
 _HEX_LENGTH = {"sha256": 64, "sha512": 128}
 _ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x"}
@@ -71,7 +72,8 @@ class Descriptor:
 def parse_reference(url: str) -> Reference:
     match = _REFERENCE.match(url)
     if not match:
-        raise ImportFailed(Reason.InvalidArgument, f"invalid registry URL {url!r}: expected docker://host/repo[:tag|@digest]")
+        raise ImportFailed(Reason.InvalidArgument,
+                           f"invalid registry URL {url!r}: expected docker://host/repo[:tag|@digest]")
     return Reference(match["host"], match["repo"], match["digest"] or match["tag"] or "latest")
 
 
@@ -180,7 +182,8 @@ class RegistrySource(Source):
         except requests.RequestException as error:
             raise Transient(f"token service {realm} failed: {error}", unreachable=True) from error
         if answer.status_code in (401, 403):
-            raise ImportFailed(Reason.Unauthorized, f"{self.reference.host}: token request refused ({answer.status_code})")
+            raise ImportFailed(Reason.Unauthorized,
+                               f"{self.reference.host}: token request refused ({answer.status_code})")
         try:
             body = answer.json() if answer.ok else {}
         except ValueError:
@@ -291,8 +294,9 @@ class RegistrySource(Source):
         """As CDI: an architecture the user asked for must be the image's, index or not."""
         found = config.get("architecture")
         if self.options.architecture and found and found != self.options.architecture:
-            raise ImportFailed(Reason.NotFound, f"{self.options.url}: the image's architecture {found!r} "
-                                                f"does not match the requested architecture {self.options.architecture!r}")
+            raise ImportFailed(Reason.NotFound,
+                               f"{self.options.url}: the image's architecture {found!r} does not match "
+                               f"the requested architecture {self.options.architecture!r}")
 
     def stream(self, offset: int) -> Iterator[bytes]:
         """The disk file, from the top-most layer that has one; the layers below are checked afterwards."""
@@ -352,7 +356,8 @@ class RegistrySource(Source):
                     pass
                 if isinstance(error, ImportFailed):
                     raise
-                raise ImportFailed(Reason.UnsupportedFormat, f"layer {layer.digest[:19]} is not a tar: {error}") from error
+                raise ImportFailed(Reason.UnsupportedFormat,
+                                   f"layer {layer.digest[:19]} is not a tar: {error}") from error
             for _ in blob:
                 pass  # anything after the compressed stream, so that the digest covers every byte
         finally:

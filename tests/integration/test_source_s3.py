@@ -1,4 +1,4 @@
-"""The S3 source on its own, against a real S3 server (SeaweedFS): bytes, resume offsets, and how failures are classified.
+"""The S3 source on its own against a real S3 server (SeaweedFS): bytes, resume offsets, how failures are classified.
 
 `cdi import --source s3` end to end (qcow2 and compressed raw into disk.img, a cut connection, the pod's env
 contract) is in test_s3_import.py.
