@@ -12,6 +12,7 @@ from urllib.parse import unquote, urlsplit
 
 import boto3
 import botocore.exceptions as bex
+import urllib3
 from botocore import UNSIGNED
 from botocore.config import Config
 
@@ -44,6 +45,8 @@ class S3Source(Source):
         self.options = options
         UrlPolicy.from_lists(allow=options.url_allow, deny=options.url_deny).check(options.url)
         endpoint, region, self.bucket, self.key = parse_url(options.url)
+        if options.insecure:
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # asked for: once, not per request
         config = Config(
             s3={"addressing_style": "path"},
             retries={"max_attempts": 1},  # the pipeline retries, with its own back-off and stall limit

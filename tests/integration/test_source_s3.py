@@ -16,7 +16,9 @@ from importer.errors import ImportFailed, Reason
 from importer.sources import open_source
 from importer.sources.base import Source, SourceOptions, Transient
 from importer.sources.s3 import parse_url
+from tests.support import certs
 from tests.support.seaweed import ACCESS_KEY, SECRET_KEY, SeaweedS3
+from tests.support.tlsrelay import TlsRelay
 
 MIB = 1 << 20
 # Not a multiple of the 1 MiB chunk, so the last chunk is a short one.
@@ -28,8 +30,9 @@ def object_url(s3_server: SeaweedS3) -> str:
     return s3_server.put("cdi-source", "images/disk.img", DATA)
 
 
-def s3_source(url: str, *, access_key: str = ACCESS_KEY, secret_key: str = SECRET_KEY) -> Source:
-    return open_source("s3", SourceOptions(url=url, access_key=access_key, secret_key=secret_key))
+def s3_source(url: str, *, access_key: str = ACCESS_KEY, secret_key: str = SECRET_KEY, **options: object) -> Source:
+    return open_source("s3", SourceOptions(url=url, access_key=access_key, secret_key=secret_key,
+                                           **options))  # type: ignore[arg-type]
 
 
 def refusal(source: Source) -> ImportFailed:
@@ -96,6 +99,22 @@ def test_object_replaced_between_probe_and_resume(s3_server: SeaweedS3) -> None:
     # Resuming would splice two different objects into one disk.
     assert caught.value.reason is Reason.TransferFailed
     assert "changed" in caught.value.message
+
+
+def test_https_endpoint_with_a_private_ca(s3_server: SeaweedS3, object_url: str, tls_ca: certs.TestCA,
+                                          other_ca: certs.TestCA) -> None:
+    relay = TlsRelay(target_port=s3_server.port, context=tls_ca.server_context())
+    try:
+        url = object_url.replace(s3_server.endpoint, f"https://127.0.0.1:{relay.port}")
+        with closing(s3_source(url, cert_dir=str(tls_ca.cert_dir))) as source:
+            source.probe()
+            assert b"".join(source.stream(MIB)) == DATA[MIB:]
+        error = refusal(s3_source(url, cert_dir=str(other_ca.cert_dir)))
+        assert error.reason is Reason.TLSError
+        with closing(s3_source(url, insecure=True)) as source:
+            assert source.probe().size == len(DATA)
+    finally:
+        relay.close()
 
 
 def test_denied_endpoint_is_refused_before_any_request() -> None:
