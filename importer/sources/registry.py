@@ -123,9 +123,13 @@ class RegistrySource(Source):
     # -- the registry API --------------------------------------------------------------------------
 
     def _get(self, path: str, *, accept: str = "") -> requests.Response:
-        """A 200 response for a registry path, after at most one bearer-token challenge."""
+        """A 200 response for a registry path, after at most one bearer-token challenge.
+
+        A challenge while holding a token means it expired (they live minutes, a big layer takes longer):
+        a fresh one is fetched, once per request.
+        """
         response = self._follow(path, accept=accept)
-        if response.status_code == 401 and self._token is None and self._authenticate(response):
+        if response.status_code == 401 and self._authenticate(response):
             response.close()
             response = self._follow(path, accept=accept)
         return self._checked(response, path)
@@ -188,8 +192,7 @@ class RegistrySource(Source):
             body = answer.json() if answer.ok else {}
         except ValueError:
             body = {}
-        if isinstance(body, dict):
-            self._token = body.get("token") or body.get("access_token") or None
+        self._token = (body.get("token") or body.get("access_token") or None) if isinstance(body, dict) else None
         return bool(self._token)
 
     def _checked(self, response: requests.Response, path: str) -> requests.Response:

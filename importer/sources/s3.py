@@ -94,7 +94,8 @@ class S3Source(Source):
             if code in _DENIED or status in ("401", "403"):
                 raise ImportFailed(Reason.Unauthorized, f"{where}: {code or status}") from error
             if code == "PreconditionFailed" or status == "412":
-                raise ImportFailed(Reason.TransferFailed, f"{where} changed during the transfer; start again") from error
+                raise ImportFailed(Reason.TransferFailed,
+                                   f"{where} changed during the transfer; start again") from error
             raise Transient(f"{where}: {code or status} {error}") from error
         except bex.SSLError as error:
             raise ImportFailed(Reason.TLSError, f"TLS with {self.options.url} failed: {error}") from error
