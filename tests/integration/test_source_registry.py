@@ -8,6 +8,7 @@ test_registry_import.py; here only the case the pipeline must turn into a failed
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import random
@@ -23,9 +24,12 @@ from importer.errors import ImportFailed, Reason
 from importer.sources import open_source
 from importer.sources.base import Source, SourceOptions, Transient
 from importer.sources.registry import descriptor
+from tests.fixtures.images import ImageSet
 from tests.fixtures.registry_server import MakeRegistry
+from tests.support import certs
 from tests.support.httpfault import Behaviour, FaultServer
 from tests.support.registry import OCI_MANIFEST, Registry
+from tests.support.tcpcut import CuttingRelay
 from tests.support.tokenserver import TokenServer
 
 MIB = 1 << 20
@@ -255,6 +259,32 @@ def test_bearer_token_renewed_when_the_registry_stops_taking_it(make_registry: M
         assert [q.get("scope") for q in tokens.requests] == [["repository:tokened/disk:pull"]] * 2
     finally:
         tokens.close()
+
+
+def test_cut_connection_to_a_tls_registry_reads_the_layer_again(make_registry: MakeRegistry, tls_ca: certs.TestCA,
+                                                                images: ImageSet, tmp_path: Path) -> None:
+    """`cdi import` of a qcow2 containerDisk over TLS with a private CA, the connection cut in the middle of the layer.
+
+    The layer cannot be entered mid-stream, so the import reads it again from its start and skips what it has.
+    """
+    registry = make_registry(tls=(tls_ca.server_cert, tls_ca.server_key, tls_ca.ca_cert))
+    qcow2 = images.path("disk.qcow2").read_bytes()
+    registry.push_image("tls/disk", "v1", [({"disk/": None, "disk/disk.qcow2": qcow2}, "gzip")])
+    relay = CuttingRelay(target_port=registry.port, cut_after=[MIB])  # the first connection, inside the layer
+    dest = tmp_path / "pvc"
+    dest.mkdir()
+    try:
+        result = subprocess.run([sys.executable, "-m", "cdi.cli.main", "import", "--url",
+                                 f"docker://127.0.0.1:{relay.port}/tls/disk:v1", "--dest", str(dest),
+                                 "--cert-dir", str(tls_ca.cert_dir), "--json", "--no-progress"],
+                                capture_output=True, text=True, timeout=120,
+                                env={**os.environ, "CDI_ACCESS_KEY_ID": "", "CDI_SECRET_KEY": ""})
+    finally:
+        relay.close()
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["format"] == "qcow2" and out["resumes"] == 1
+    images.assert_imported(dest / "disk.img", "disk.qcow2")
 
 
 def test_blob_redirects_go_through_the_url_policy_without_credentials(
