@@ -262,11 +262,15 @@ class RegistrySource(Source):
         if manifest.get("mediaType") in INDEX_TYPES or "manifests" in manifest:
             chosen = self._platform(manifest)
             manifest = self._json(f"/v2/{ref.repo}/manifests/{chosen.digest}", chosen, accept=_ACCEPT)
-        config_descriptor = descriptor(manifest.get("config"), what="image config")
+        if "config" not in manifest:
+            raise ImportFailed(Reason.UnsupportedFormat,
+                               f"{self.options.url}: unsupported manifest (schemaVersion "
+                               f"{manifest.get('schemaVersion')}, mediaType {manifest.get('mediaType')})")
+        config_descriptor = descriptor(manifest["config"], what="image config")
         config = self._json(f"/v2/{ref.repo}/blobs/{config_descriptor.digest}", config_descriptor)
         self._check_architecture(config)
-        image_config = config.get("config") or {}
-        labels = image_config.get("Labels") or {}
+        image_config = _mapping(config.get("config"))
+        labels = _mapping(image_config.get("Labels"))
         for key in _BOOTC_LABELS:
             if str(labels.get(key, "")).lower() in _BOOTC_VALUES:
                 # CDI's wording, so that users searching for it find the same explanation.
@@ -278,8 +282,9 @@ class RegistrySource(Source):
         if not isinstance(layers, list) or not layers:
             raise ImportFailed(Reason.UnsupportedFormat, f"{self.options.url} has no layers")
         self._layers = [descriptor(layer, what="layer") for layer in layers]
-        env = image_config.get("Env") or []
-        self._probe = Probe(size=None, resumable=False, labels=env_labels([str(e) for e in env]))
+        env = image_config.get("Env")
+        self._probe = Probe(size=None, resumable=False,
+                            labels=env_labels([str(e) for e in env] if isinstance(env, list) else []))
         return self._probe
 
     def _architecture(self) -> str:
@@ -368,6 +373,11 @@ class RegistrySource(Source):
 
     def close(self) -> None:
         self.session.close()
+
+
+def _mapping(value: object) -> dict[str, Any]:
+    """A JSON object where the image config should have one; anything else (absent, null, hostile) counts as empty."""
+    return value if isinstance(value, dict) else {}
 
 
 def _is_hidden(name: str, *, hidden: set[str], opaque: set[str]) -> bool:
