@@ -352,7 +352,8 @@ class RegistrySource(Source):
             try:
                 _, plain = decompressed(blob)
                 with tarfile.open(fileobj=ChunkReader(plain), mode="r|") as tar:  # type: ignore[arg-type]
-                    for member in tar:
+                    while (member := tar.next()) is not None:
+                        tar.members.clear()  # kept for random access we never do: a rootfs layer would cost MBs
                         yield posixpath.normpath(member.name.removeprefix("./").lstrip("/")), member, tar
                 for _ in plain:
                     pass  # past the tar's end-of-archive blocks: the compression trailer
