@@ -1,0 +1,96 @@
+"""Host operations behind local volumes: sparse files, loop devices, ext4, mounts. Needs root."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+_TOOLS = ("losetup", "mkfs.ext4", "mount", "umount", "unshare")
+
+
+class HostError(RuntimeError):
+    """A host command failed; the message carries its stderr."""
+
+
+def host_capabilities_missing() -> str | None:
+    """One line saying why volumes and pod sandboxes cannot work here, or None when they can."""
+    if os.geteuid() != 0:
+        return "localkube volumes and pods need root (loop devices, mounts, mount namespaces)"
+    if not Path("/dev/loop-control").exists():
+        return "localkube volumes need loop devices and /dev/loop-control is missing"
+    missing = [tool for tool in _TOOLS if shutil.which(tool) is None]
+    if missing:
+        return f"localkube needs {', '.join(missing)} on PATH"
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True,
+                           text=True)
+    if probe.returncode != 0:
+        return f"localkube pods need mount namespaces: unshare --mount failed: {probe.stderr.strip()}"
+    return None
+
+
+async def run(*argv: str) -> str:
+    process = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
+                                                   stderr=asyncio.subprocess.PIPE)
+    out, err = await process.communicate()
+    if process.returncode != 0:
+        raise HostError(f"{' '.join(argv)} failed ({process.returncode}): {err.decode().strip()}")
+    return out.decode()
+
+
+def make_sparse_file(path: Path, size: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        f.truncate(size)
+
+
+async def attach_loop(backing: Path) -> str:
+    return (await run("losetup", "--find", "--show", str(backing))).strip()
+
+
+async def detach_loop(device: str) -> None:
+    # If a pod's mount namespace still holds the device, the kernel detaches it when that lets go.
+    await run("losetup", "--detach", device)
+
+
+async def make_ext4(device: str) -> None:
+    # nodiscard: the file is freshly sparse, discarding it is wasted time; no lazy init so free space is final.
+    await run("mkfs.ext4", "-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0", device)
+
+
+async def mount(device: str, target: Path) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    await run("mount", "-t", "ext4", device, str(target))
+
+
+async def unmount(target: Path) -> None:
+    await run("umount", str(target))
+
+
+def mounts_under(root: Path) -> list[Path]:
+    """Mount points at or below root in this mount namespace, deepest first (the order to unmount them)."""
+    prefix = str(root.resolve())
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].replace("\\040", " ")
+        if point == prefix or point.startswith(prefix + "/"):
+            found.append(Path(point))
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
+def loops_of(backing: Path) -> list[str]:
+    """Loop devices attached to a backing file (left over from a run that did not stop cleanly)."""
+    done = subprocess.run(["losetup", "--associated", str(backing), "--output", "NAME", "--noheadings"],
+                          capture_output=True, text=True)
+    return done.stdout.split()
+
+
+async def release_leftovers(root: Path) -> None:
+    """Unmounts and detaches whatever an earlier run left under root, so a workdir can be reused."""
+    for point in mounts_under(root):
+        await unmount(point)
+    for backing in root.glob("*.img"):
+        for device in loops_of(backing):
+            await detach_loop(device)

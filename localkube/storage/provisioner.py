@@ -1,0 +1,224 @@
+"""The storage provisioner and PV binder: a client of the API, like a CSI external-provisioner.
+
+For a PVC of a StorageClass whose `provisioner` is PROVISIONER it makes a PV `pvc-<uid>` backed by a sparse
+file `<workdir>/pvc-<uid>.img` of the requested size and binds the two. Filesystem volumes are ext4 on a loop
+device, mounted at `<workdir>/pvc-<uid>/` (so free space is real); Block volumes are the loop device itself.
+The PV says where in `spec.hostPath`: `type: Directory` with the mount dir, or `type: BlockDevice` with the
+device; the kubelet reads it from there.
+
+WaitForFirstConsumer classes: the PVC stays Pending (event WaitForFirstConsumer) until the scheduler sets
+`volume.kubernetes.io/selected-node`. PVCs with a `dataSourceRef` to a populator's kind are left alone, as the
+real provisioner does. Like the PV controller, a PV whose `claimRef` is moved to another Pending PVC (how
+volume populators hand over a populated volume) binds that PVC. Deleting a PVC deletes its PV under reclaim
+policy Delete (Retain: the PV becomes Released); a deleted PV's file, mount and loop device are removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..client import APIError, Client, Object, path, post_event
+from . import hostvolumes
+from .quantity import parse_quantity
+
+log = logging.getLogger(__name__)
+
+PROVISIONER = "localkube.dev/local"
+NODE_NAME = "localkube"
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
+BACKING_FILE = "localkube.dev/backing-file"
+
+
+@dataclass
+class Backing:
+    file: Path
+    device: str
+    mount: Path | None  # None for Block volumes
+
+
+class Provisioner:
+    def __init__(self, client: Client, workdir: Path) -> None:
+        self.client = client
+        self.workdir = workdir
+        self._backings: dict[str, Backing] = {}  # by PV name
+        self._busy: set[str] = set()  # PVC uids being provisioned
+        self._waiting_reported: set[str] = set()
+        self._lock = asyncio.Lock()  # host changes one at a time: losetup --find races with itself
+
+    async def run(self, synced: asyncio.Event | None = None) -> None:
+        await hostvolumes.release_leftovers(self.workdir)
+        pv_synced = asyncio.Event()
+        pvs = asyncio.create_task(self.client.inform(path("persistentvolumes"), self._on_pv, synced=pv_synced))
+        try:
+            await pv_synced.wait()
+            await self.client.inform(path("persistentvolumeclaims"), self._on_pvc, synced=synced)
+        finally:
+            pvs.cancel()
+
+    async def shutdown(self) -> None:
+        """Releases every volume this provisioner made (the objects die with the in-memory API server)."""
+        errors = []
+        for name in list(self._backings):
+            try:
+                await self._release(name)
+            except hostvolumes.HostError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise hostvolumes.HostError("; ".join(errors))
+
+    # -- claims -----------------------------------------------------------------------------------------------
+
+    async def _on_pvc(self, kind: str, pvc: Object) -> None:
+        meta = pvc["metadata"]
+        if kind == "DELETED":
+            await self._claim_deleted(pvc)
+            return
+        if meta.get("deletionTimestamp") or pvc.get("status", {}).get("phase") == "Bound":
+            return
+        if pvc["spec"].get("volumeName"):
+            pv = await self.client.get_or_none(path("persistentvolumes", name=pvc["spec"]["volumeName"]))
+            if pv is not None and pv["spec"].get("claimRef", {}).get("uid") == meta["uid"]:
+                await self._bind(pvc, pv)
+            return
+        if meta["uid"] in self._busy or _populated_elsewhere(pvc):
+            return
+        sc_name = pvc["spec"].get("storageClassName")
+        sc = await self.client.get_or_none(path("storageclasses", group="storage.k8s.io", name=sc_name)) \
+            if sc_name else None
+        if sc is None or sc.get("provisioner") != PROVISIONER:
+            return
+        if sc.get("volumeBindingMode") == "WaitForFirstConsumer" and SELECTED_NODE not in meta.get("annotations", {}):
+            if meta["uid"] not in self._waiting_reported:
+                self._waiting_reported.add(meta["uid"])
+                await self.event(pvc, "WaitForFirstConsumer",
+                                 "waiting for first consumer to be created before binding")
+            return
+        self._busy.add(meta["uid"])
+        try:
+            await self._provision(pvc, sc)
+        except (ValueError, hostvolumes.HostError, APIError) as exc:
+            await self.event(pvc, "ProvisioningFailed", str(exc), warning=True)
+        finally:
+            self._busy.discard(meta["uid"])
+
+    async def _provision(self, pvc: Object, sc: Object) -> None:
+        meta, spec = pvc["metadata"], pvc["spec"]
+        requested = spec.get("resources", {}).get("requests", {}).get("storage")
+        if requested is None:
+            raise ValueError("the claim requests no storage (spec.resources.requests.storage)")
+        size = parse_quantity(requested)
+        name = f"pvc-{meta['uid']}"
+        block = spec.get("volumeMode") == "Block"
+        if name not in self._backings:
+            self._backings[name] = await self._make_backing(name, size, block=block)
+        backing = self._backings[name]
+        pv = {
+            "apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": name, "annotations": {"pv.kubernetes.io/provisioned-by": PROVISIONER,
+                                                       BACKING_FILE: str(backing.file)}},
+            "spec": {
+                "capacity": {"storage": requested},
+                "accessModes": spec.get("accessModes", ["ReadWriteOnce"]),
+                "persistentVolumeReclaimPolicy": sc.get("reclaimPolicy", "Delete"),
+                "storageClassName": sc["metadata"]["name"],
+                "volumeMode": "Block" if block else "Filesystem",
+                "hostPath": ({"path": backing.device, "type": "BlockDevice"} if block
+                             else {"path": str(backing.mount), "type": "Directory"}),
+                "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": meta["namespace"],
+                             "name": meta["name"], "uid": meta["uid"]},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE_NAME]}]}]}},
+            },
+        }
+        try:
+            pv = await self.client.create(path("persistentvolumes"), pv)
+        except APIError as exc:
+            if exc.code != 409:
+                raise
+            pv = await self.client.get(path("persistentvolumes", name=name))
+        await self.event(pvc, "ProvisioningSucceeded", f"Successfully provisioned volume {name}")
+        await self._bind(pvc, pv)
+
+    async def _bind(self, pvc: Object, pv: Object) -> None:
+        meta = pvc["metadata"]
+        pv_name = pv["metadata"]["name"]
+        await self.client.patch(path("persistentvolumes", name=pv_name, subresource="status"),
+                                {"status": {"phase": "Bound"}})
+        await self.client.patch(path("persistentvolumeclaims", namespace=meta["namespace"], name=meta["name"]), {
+            "metadata": {"annotations": {BIND_COMPLETED: "yes", "pv.kubernetes.io/bound-by-controller": "yes"}},
+            "spec": {"volumeName": pv_name}})
+        await self.client.patch(
+            path("persistentvolumeclaims", namespace=meta["namespace"], name=meta["name"], subresource="status"),
+            {"status": {"phase": "Bound", "capacity": pv["spec"]["capacity"],
+                        "accessModes": pv["spec"]["accessModes"]}})
+
+    async def _claim_deleted(self, pvc: Object) -> None:
+        uid = pvc["metadata"]["uid"]
+        self._waiting_reported.discard(uid)
+        for pv in (await self.client.list(path("persistentvolumes")))["items"]:
+            if pv["spec"].get("claimRef", {}).get("uid") != uid:
+                continue
+            if pv["spec"].get("persistentVolumeReclaimPolicy", "Delete") == "Delete":
+                await self.client.delete(path("persistentvolumes", name=pv["metadata"]["name"]))
+            else:
+                await self.client.patch(path("persistentvolumes", name=pv["metadata"]["name"], subresource="status"),
+                                        {"status": {"phase": "Released"}})
+
+    # -- volumes ----------------------------------------------------------------------------------------------
+
+    async def _on_pv(self, kind: str, pv: Object) -> None:
+        name = pv["metadata"]["name"]
+        if kind == "DELETED":
+            if name in self._backings:
+                await self._release(name)
+            return
+        claim = pv["spec"].get("claimRef")
+        if not claim or pv.get("status", {}).get("phase") == "Released":
+            return
+        pvc = await self.client.get_or_none(path("persistentvolumeclaims", namespace=claim["namespace"],
+                                                 name=claim["name"]))
+        # A claimRef moved onto a waiting claim (a populator's rebind) completes the binding on that claim.
+        if (pvc is not None and pvc.get("status", {}).get("phase") != "Bound"
+                and claim.get("uid") in (None, pvc["metadata"]["uid"])
+                and pvc["spec"].get("volumeName") in (None, "", name)):
+            await self._bind(pvc, pv)
+
+    async def _make_backing(self, name: str, size: int, *, block: bool) -> Backing:
+        backing_file = self.workdir / f"{name}.img"
+        async with self._lock:
+            hostvolumes.make_sparse_file(backing_file, size)
+            device = await hostvolumes.attach_loop(backing_file)
+            if block:
+                return Backing(backing_file, device, None)
+            try:
+                await hostvolumes.make_ext4(device)
+                await hostvolumes.mount(device, self.workdir / name)
+            except hostvolumes.HostError:
+                await hostvolumes.detach_loop(device)
+                raise
+            return Backing(backing_file, device, self.workdir / name)
+
+    async def _release(self, name: str) -> None:
+        backing = self._backings.pop(name)
+        async with self._lock:
+            if backing.mount is not None:
+                await hostvolumes.unmount(backing.mount)
+                backing.mount.rmdir()
+            await hostvolumes.detach_loop(backing.device)
+            backing.file.unlink(missing_ok=True)
+
+    async def event(self, pvc: Object, reason: str, message: str, *, warning: bool = False) -> None:
+        await post_event(self.client, pvc, kind="PersistentVolumeClaim", reason=reason, message=message,
+                         component=PROVISIONER, warning=warning)
+
+
+def _populated_elsewhere(pvc: Object) -> bool:
+    """A dataSourceRef to a kind outside the core API is a volume populator's job, not the provisioner's."""
+    ref: dict[str, Any] = pvc["spec"].get("dataSourceRef") or {}
+    return bool(ref.get("apiGroup"))
+
