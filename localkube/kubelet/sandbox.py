@@ -1,0 +1,115 @@
+"""`python -m localkube.kubelet.sandbox SPEC_JSON`: becomes one container process.
+
+It enters a private mount namespace and builds the container's view there: a tmpfs root holding bind mounts
+of every top-level directory of the host (so the host's programs and libraries are all there, images are
+never pulled), a fresh /dev with the usual character devices, then the pod's volumes at their mountPaths and
+volumeDevices at their devicePaths. It chroots into that root, enters workingDir and execs the command, so the
+process the kubelet started *is* the container. Building the root on a tmpfs means mount points like /data or
+/dev/termination-log are never created on the host, where other pods (or other programs) would see them.
+
+Failures before exec (a missing command, a mount that fails) are written to the spec's `error_fd`, which the
+kubelet reads: if exec succeeds the descriptor just closes (it is close-on-exec) and nothing arrives.
+Runs as root, the only user; runAsUser/runAsGroup are not applied (fsGroup is, by the kubelet, on volumes).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+_CLONE_NEWNS = 0x00020000
+_MS_RDONLY = 1
+_MS_REMOUNT = 32
+_MS_BIND = 4096
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
+_DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+_DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
+              "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx"}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _mount(source: str | None, target: str | Path, fstype: str | None, flags: int, data: str | None = None) -> None:
+    encode = (lambda v: None if v is None else str(v).encode())
+    if _libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mount {source} on {target}: {os.strerror(errno)}")
+
+
+def _bind(source: str, target: Path, *, read_only: bool = False) -> None:
+    if Path(source).is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.touch(exist_ok=True)
+    _mount(source, target, None, _MS_BIND | _MS_REC)
+    if read_only:
+        _mount(None, target, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY)
+
+
+def _build_root(root: Path) -> None:
+    _mount("tmpfs", root, "tmpfs", 0, "mode=755")
+    for entry in os.scandir("/"):
+        target = root / entry.name
+        if entry.is_symlink():
+            os.symlink(os.readlink(entry.path), target)
+        elif entry.name == "dev":
+            _build_dev(target)
+        elif entry.is_dir() or entry.is_file():
+            _bind(entry.path, target)
+
+
+def _build_dev(dev: Path) -> None:
+    dev.mkdir()
+    _mount("tmpfs", dev, "tmpfs", 0, "mode=755")
+    for node in _DEV_NODES:
+        if os.path.exists(f"/dev/{node}"):
+            _bind(f"/dev/{node}", dev / node)
+    _bind("/dev/pts", dev / "pts")
+    (dev / "shm").mkdir()
+    _mount("tmpfs", dev / "shm", "tmpfs", 0, "mode=1777")
+    for name, link in _DEV_LINKS.items():
+        os.symlink(link, dev / name)
+
+
+def enter(spec: dict[str, Any]) -> None:
+    """Builds the container's filesystem view and execs; returns only by raising."""
+    if _libc.unshare(_CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS) failed: mount namespaces are unavailable")
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing we mount may propagate back to the host
+    root = Path(spec["root"])
+    _build_root(root)
+    for mount in spec["mounts"]:
+        _bind(mount["source"], root / mount["target"].lstrip("/"), read_only=mount.get("readOnly", False))
+    os.chroot(root)
+    working_dir = spec.get("workingDir") or "/"
+    os.makedirs(working_dir, exist_ok=True)
+    os.chdir(working_dir)
+    argv, env = spec["argv"], spec["env"]
+    try:
+        os.execvpe(argv[0], argv, env)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot run {argv[0]!r}: {exc.strerror}") from None
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    error_fd = spec["error_fd"]
+    os.set_inheritable(error_fd, False)
+    try:
+        enter(spec)
+    except OSError as exc:
+        detail = exc.strerror or str(exc)
+        if exc.filename:
+            detail = f"{exc.filename}: {detail}"
+        os.write(error_fd, detail.encode()[:4096])
+        os._exit(128)
+
+
+if __name__ == "__main__":
+    main()
