@@ -1,0 +1,135 @@
+"""The localkube provisioner: real ext4 on loop devices and raw loop block devices, seen through the pods and
+through the backing files; Immediate and WaitForFirstConsumer binding; reclaim on delete."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localkube.cluster import Cluster
+from tests.fixtures.localkube_cluster import (ClusterAPI, claim_volume, pod_manifest, pvc_manifest,
+                                              wait_for)
+
+pytestmark = pytest.mark.root
+
+NS = "/api/v1/namespaces/default"
+
+
+def bound_pv(api: ClusterAPI, claim: str) -> dict[str, Any]:
+    pvc = wait_for(lambda: (lambda c: c if c and c["status"].get("phase") == "Bound" else None)(
+        api.get(f"{NS}/persistentvolumeclaims/{claim}")), what=f"claim {claim} bound")
+    pv = api.get(f"/api/v1/persistentvolumes/{pvc['spec']['volumeName']}")
+    assert pv is not None
+    return pv
+
+
+def backing_file(pv: dict[str, Any]) -> Path:
+    return Path(pv["metadata"]["annotations"]["localkube.dev/backing-file"])
+
+
+def test_pods_see_the_bytes_of_the_backing_files(localkube_cluster: Cluster, cluster_api: ClusterAPI,
+                                                 cluster_kubectl: Any) -> None:
+    block_data = os.urandom(256 * 1024)
+    cluster_kubectl("create", "-f", "-", objects=[
+        pvc_manifest("fs"), pvc_manifest("blk", mode="Block"),
+        pod_manifest("writer", "echo hi > /data/x", volumes=[claim_volume("d", "fs")],
+                     volumeMounts=[{"name": "d", "mountPath": "/data"}]),
+        pod_manifest("dd-writer", "head -c 4096 /dev/zero | tr '\\0' 'B' | dd of=/dev/disk bs=4096 seek=100 "
+                     "conv=notrunc,fsync", volumes=[claim_volume("d", "blk")],
+                     volumeDevices=[{"name": "d", "devicePath": "/dev/disk"}]),
+    ])
+    fs_pv, block_pv = bound_pv(cluster_api, "fs"), bound_pv(cluster_api, "blk")
+    assert cluster_api.wait_phase("writer", "Succeeded", "Failed")["status"]["phase"] == "Succeeded"
+    assert cluster_api.wait_phase("dd-writer", "Succeeded", "Failed")["status"]["phase"] == "Succeeded"
+
+    # The Filesystem volume is a real ext4 in its backing file: read the file the pod wrote from the image
+    # (after a sync, as the volume is still mounted and its writes may be cached).
+    os.sync()
+    dumped = subprocess.run(["debugfs", "-R", "cat /x", str(backing_file(fs_pv))], capture_output=True)
+    assert dumped.stdout == b"hi\n"
+    assert fs_pv["spec"]["capacity"] == {"storage": "4Mi"} and fs_pv["spec"]["volumeMode"] == "Filesystem"
+
+    image = backing_file(block_pv)
+    assert image.stat().st_size == 4 * 1024 * 1024
+    with image.open("rb") as f:
+        f.seek(100 * 4096)
+        assert f.read(4096) == b"B" * 4096
+
+    # The other way round: bytes put into the backing file are what a pod reads from its device.
+    with image.open("r+b") as f:
+        f.write(block_data)
+    cluster_kubectl("create", "-f", "-", objects=[pod_manifest(
+        "reader", "head -c 262144 /dev/disk | sha256sum", volumes=[claim_volume("d", "blk")],
+        volumeDevices=[{"name": "d", "devicePath": "/dev/disk"}])])
+    cluster_api.wait_phase("reader", "Succeeded")
+    assert cluster_kubectl("logs", "reader").stdout.split()[0] == hashlib.sha256(block_data).hexdigest()
+
+
+def test_filesystem_volume_has_real_free_space(localkube_cluster: Cluster, cluster_api: ClusterAPI,
+                                               cluster_kubectl: Any) -> None:
+    """The importer sizes its writes from statvfs, so the volume must report its own size, not the host's."""
+    cluster_kubectl("create", "-f", "-", objects=[
+        pvc_manifest("fs", size="16Mi"),
+        pod_manifest("df", "stat -f -c '%b %S' /data", volumes=[claim_volume("d", "fs")],
+                     volumeMounts=[{"name": "d", "mountPath": "/data"}])])
+    cluster_api.wait_phase("df", "Succeeded")
+    blocks, block_size = map(int, cluster_kubectl("logs", "df").stdout.split())
+    assert 12 * 2**20 < blocks * block_size <= 16 * 2**20
+
+
+def test_wait_for_first_consumer_binds_when_a_pod_is_scheduled(localkube_cluster: Cluster,
+                                                              cluster_api: ClusterAPI, cluster_kubectl: Any) -> None:
+    cluster_kubectl("create", "-f", "-", objects=[pvc_manifest("late", storage_class="local-wffc")])
+    wait_for(lambda: any(e["reason"] == "WaitForFirstConsumer" and e["involvedObject"]["name"] == "late"
+                         for e in cluster_api.events()), what="WaitForFirstConsumer event")
+    pvc = cluster_api.get(f"{NS}/persistentvolumeclaims/late")
+    assert pvc is not None and pvc["status"]["phase"] == "Pending" and not pvc["spec"].get("volumeName")
+    assert cluster_api.get("/api/v1/persistentvolumes")["items"] == []  # type: ignore[index]
+
+    cluster_kubectl("create", "-f", "-", objects=[pod_manifest(
+        "consumer", "ls /data", volumes=[claim_volume("d", "late")], volumeMounts=[{"name": "d", "mountPath": "/data"}])])
+    pod = cluster_api.wait_phase("consumer", "Succeeded", "Failed")
+    assert pod["status"]["phase"] == "Succeeded" and pod["spec"]["nodeName"] == "localkube"
+    pvc = cluster_api.get(f"{NS}/persistentvolumeclaims/late")
+    assert pvc is not None and pvc["status"]["phase"] == "Bound"
+    assert pvc["metadata"]["annotations"]["volume.kubernetes.io/selected-node"] == "localkube"
+    assert pvc["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"] == "yes"
+    pv = cluster_api.get(f"/api/v1/persistentvolumes/{pvc['spec']['volumeName']}")
+    assert pv is not None and pv["status"]["phase"] == "Bound"
+    assert pv["spec"]["claimRef"]["uid"] == pvc["metadata"]["uid"]
+
+
+def test_deleting_a_claim_removes_volume_mount_loop_device_and_file(localkube_cluster: Cluster,
+                                                                    cluster_api: ClusterAPI,
+                                                                    cluster_kubectl: Any) -> None:
+    cluster_kubectl("create", "-f", "-", objects=[pvc_manifest("fs"), pvc_manifest("blk", mode="Block")])
+    pvs = [bound_pv(cluster_api, "fs"), bound_pv(cluster_api, "blk")]
+    mount_dir = Path(pvs[0]["spec"]["hostPath"]["path"])
+    device = pvs[1]["spec"]["hostPath"]["path"]
+    assert str(mount_dir) in Path("/proc/self/mountinfo").read_text()
+    assert str(backing_file(pvs[1])) in subprocess.run(["losetup", device], capture_output=True, text=True).stdout
+
+    cluster_kubectl("delete", "pvc", "fs", "blk")
+    for pv in pvs:
+        wait_for(lambda: cluster_api.get(f"/api/v1/persistentvolumes/{pv['metadata']['name']}") is None,
+                 what="PV deleted")
+        wait_for(lambda: not backing_file(pv).exists(), what="backing file removed")
+    assert str(mount_dir) not in Path("/proc/self/mountinfo").read_text()
+    assert not mount_dir.exists()
+    attached = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    assert str(localkube_cluster.workdir) not in attached
+
+
+def test_claim_without_size_fails_provisioning_with_a_reason(localkube_cluster: Cluster,
+                                                              cluster_api: ClusterAPI) -> None:
+    claim = pvc_manifest("nosize")
+    claim["spec"]["resources"]["requests"] = {"storage": "lots"}
+    cluster_api.create(f"{NS}/persistentvolumeclaims", claim)
+    event = wait_for(lambda: next((e for e in cluster_api.events() if e["reason"] == "ProvisioningFailed"), None),
+                     what="ProvisioningFailed event")
+    assert "invalid quantity 'lots'" in event["message"] and event["type"] == "Warning"
