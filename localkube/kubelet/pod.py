@@ -36,7 +36,7 @@ class Container:
     state: Object = field(default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}})
     last_state: Object = field(default_factory=dict)
     ready: bool = False
-    active: bool = True  # running, or going to run (again)
+    active: bool = False  # has run, and is running or going to run again
     exit_code: int | None = None
     process: asyncio.subprocess.Process | None = None
     log_file: Path | None = None
@@ -126,13 +126,12 @@ class PodWorker:
             self._condition("Initialized", True)
             await asyncio.gather(*(self._run_until_done(c) for c in self.containers))
         finally:
-            self.changed.set()
-            await asyncio.sleep(0)
+            # No await before the writer is cancelled: stop() may cancel this task at any await.
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await writer
             if not self.stopping:
-                await self.publish()
+                await self.publish()  # the final status, which the writer may not have sent
 
     async def _run_until_done(self, container: Container) -> bool:
         """Runs a container, restarting it per restartPolicy (init containers: until they succeed, unless
@@ -178,13 +177,14 @@ class PodWorker:
             return self._terminated(container, 128, "ContainerCannotRun", str(exc))
         base_env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOSTNAME": self.name,
                     "HOME": "/root"}
-        sandbox = {"root": str(self._root(container)), "mounts": [m.__dict__ for m in mounts],
+        sandbox = {"root": str(self._root(container)), "mounts": [{"source": m.source, "target": m.target, "readOnly": m.read_only} for m in mounts],
                    "workingDir": spec.get("workingDir", ""), "argv": argv, "env": {**base_env, **env}}
         started = now()
         error = await self._spawn(container, sandbox)
         if error:
             return self._terminated(container, 128, "StartError", error, started=started)
         container.state = {"running": {"startedAt": started}}
+        container.active = True
         if "readinessProbe" not in spec:  # without a probe a container is ready once it runs
             container.ready = True
         self._update_readiness()

@@ -140,11 +140,15 @@ def restarts(policy: str, exit_code: int) -> bool:
 
 
 def pod_phase(*, init_failed: bool, initialized: bool, containers: Sequence[tuple[bool, int | None]]) -> str:
-    """containers: per app container, (still running or going to be restarted, last exit code or None)."""
+    """containers: per app container, (has run and is running or going to be restarted, last exit code or
+    None before its first exit)."""
     if init_failed:
         return "Failed"
     if not initialized or not containers:
         return "Pending"
     if any(active for active, _ in containers):
         return "Running"
-    return "Succeeded" if all(code == 0 for _, code in containers) else "Failed"
+    codes = [code for _, code in containers]
+    if any(code is None for code in codes):
+        return "Pending"
+    return "Succeeded" if all(code == 0 for code in codes) else "Failed"
