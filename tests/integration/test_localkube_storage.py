@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 
 from localkube.cluster import Cluster
+from localkube.storage import parse_quantity
 from tests.fixtures.localkube_cluster import (ClusterAPI, claim_volume, pod_manifest, pvc_manifest,
                                               wait_for)
-
-pytestmark = pytest.mark.root
 
 NS = "/api/v1/namespaces/default"
 
@@ -32,6 +31,7 @@ def backing_file(pv: dict[str, Any]) -> Path:
     return Path(pv["metadata"]["annotations"]["localkube.dev/backing-file"])
 
 
+@pytest.mark.root
 def test_pods_see_the_bytes_of_the_backing_files(localkube_cluster: Cluster, cluster_api: ClusterAPI,
                                                  cluster_kubectl: Any) -> None:
     block_data = os.urandom(256 * 1024)
@@ -70,6 +70,7 @@ def test_pods_see_the_bytes_of_the_backing_files(localkube_cluster: Cluster, clu
     assert cluster_kubectl("logs", "reader").stdout.split()[0] == hashlib.sha256(block_data).hexdigest()
 
 
+@pytest.mark.root
 def test_filesystem_volume_has_real_free_space(localkube_cluster: Cluster, cluster_api: ClusterAPI,
                                                cluster_kubectl: Any) -> None:
     """The importer sizes its writes from statvfs, so the volume must report its own size, not the host's."""
@@ -82,6 +83,7 @@ def test_filesystem_volume_has_real_free_space(localkube_cluster: Cluster, clust
     assert 12 * 2**20 < blocks * block_size <= 16 * 2**20
 
 
+@pytest.mark.root
 def test_wait_for_first_consumer_binds_when_a_pod_is_scheduled(localkube_cluster: Cluster,
                                                               cluster_api: ClusterAPI, cluster_kubectl: Any) -> None:
     cluster_kubectl("create", "-f", "-", objects=[pvc_manifest("late", storage_class="local-wffc")])
@@ -104,6 +106,7 @@ def test_wait_for_first_consumer_binds_when_a_pod_is_scheduled(localkube_cluster
     assert pv["spec"]["claimRef"]["uid"] == pvc["metadata"]["uid"]
 
 
+@pytest.mark.root
 def test_deleting_a_claim_removes_volume_mount_loop_device_and_file(localkube_cluster: Cluster,
                                                                     cluster_api: ClusterAPI,
                                                                     cluster_kubectl: Any) -> None:
@@ -125,6 +128,7 @@ def test_deleting_a_claim_removes_volume_mount_loop_device_and_file(localkube_cl
     assert str(localkube_cluster.workdir) not in attached
 
 
+@pytest.mark.root
 def test_claim_without_size_fails_provisioning_with_a_reason(localkube_cluster: Cluster,
                                                               cluster_api: ClusterAPI) -> None:
     claim = pvc_manifest("nosize")
@@ -133,3 +137,15 @@ def test_claim_without_size_fails_provisioning_with_a_reason(localkube_cluster: 
     event = wait_for(lambda: next((e for e in cluster_api.events() if e["reason"] == "ProvisioningFailed"), None),
                      what="ProvisioningFailed event")
     assert "invalid quantity 'lots'" in event["message"] and event["type"] == "Warning"
+
+
+@pytest.mark.parametrize(("text", "size"), [("4Mi", 4 << 20), ("1G", 10**9), ("1.5Ki", 1536), ("1e3", 1000),
+                                            ("100", 100), ("0.1", 1)])
+def test_quantities_are_whole_bytes_rounded_up(text: str, size: int) -> None:
+    assert parse_quantity(text) == size
+
+
+@pytest.mark.parametrize("text", ["lots", "1Zi", "", "1.2.3Mi"])
+def test_bad_quantities_say_why(text: str) -> None:
+    with pytest.raises(ValueError, match="invalid quantity"):
+        parse_quantity(text)
