@@ -1,0 +1,204 @@
+"""Every CDI name the controller, webhooks and tools share (cdi-facts §1, §2, §5.11).
+
+KubeVirt, virtctl and users' manifests match these strings literally, so they are spelled once, here.
+Importer env var names are not here: :mod:`importer.contract` owns them.
+"""
+
+from __future__ import annotations
+
+from importer.contract import CONTENT_ARCHIVE, CONTENT_KUBEVIRT
+
+GROUP = "cdi.kubevirt.io"
+VERSION = "v1beta1"
+API_VERSION = f"{GROUP}/{VERSION}"
+UPLOAD_GROUP = "upload.cdi.kubevirt.io"
+
+# Kinds and plurals (§1.1).
+DATAVOLUME = "DataVolume"
+DATAVOLUMES = "datavolumes"
+DATASOURCE = "DataSource"
+DATASOURCES = "datasources"
+DATAIMPORTCRON = "DataImportCron"
+DATAIMPORTCRONS = "dataimportcrons"
+STORAGEPROFILE = "StorageProfile"
+STORAGEPROFILES = "storageprofiles"
+CDICONFIG = "CDIConfig"
+CDICONFIGS = "cdiconfigs"
+CDI = "CDI"
+CDIS = "cdis"
+VOLUME_IMPORT_SOURCE = "VolumeImportSource"
+VOLUME_UPLOAD_SOURCE = "VolumeUploadSource"
+VOLUME_CLONE_SOURCE = "VolumeCloneSource"
+CDICONFIG_NAME = "config"  # the singleton KubeVirt reads (§9.1)
+
+# DataVolume phases (§1.7), exact strings.
+PHASE_UNSET = ""
+PENDING = "Pending"
+PVC_BOUND = "PVCBound"
+IMPORT_SCHEDULED = "ImportScheduled"
+IMPORT_IN_PROGRESS = "ImportInProgress"
+UPLOAD_SCHEDULED = "UploadScheduled"
+UPLOAD_READY = "UploadReady"
+CLONE_SCHEDULED = "CloneScheduled"
+CLONE_IN_PROGRESS = "CloneInProgress"
+WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
+PENDING_POPULATION = "PendingPopulation"
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+UNKNOWN = "Unknown"
+PAUSED = "Paused"
+PHASES = (
+    PHASE_UNSET, PENDING, PVC_BOUND, IMPORT_SCHEDULED, IMPORT_IN_PROGRESS, CLONE_SCHEDULED, CLONE_IN_PROGRESS,
+    "SnapshotForSmartCloneInProgress", "CloneFromSnapshotSourceInProgress", "SmartClonePVCInProgress",
+    "CSICloneInProgress", "ExpansionInProgress", "NamespaceTransferInProgress", UPLOAD_SCHEDULED, UPLOAD_READY,
+    WAIT_FOR_FIRST_CONSUMER, PENDING_POPULATION, SUCCEEDED, FAILED, UNKNOWN, PAUSED, "PrepClaimInProgress",
+    "RebindInProgress",
+)
+
+# Progress strings (§1.7): "%.2f%%" while running, exactly "100.0%" on success.
+PROGRESS_UNKNOWN = "N/A"
+PROGRESS_DONE = "100.0%"
+
+# Condition types, reasons and messages (§1.7).
+CONDITION_BOUND = "Bound"
+CONDITION_READY = "Ready"
+CONDITION_RUNNING = "Running"
+REASON_BOUND = "Bound"
+REASON_PENDING = "Pending"
+REASON_NOT_FOUND = "NotFound"
+REASON_CLAIM_LOST = "ClaimLost"
+REASON_TRANSFER_RUNNING = "TransferRunning"
+REASON_POD_RUNNING = "Pod is running"
+REASON_COMPLETED = "Completed"
+REASON_ERROR = "Error"
+REASON_IMAGE_PULL_FAILED = "ImagePullFailed"
+REASON_UNSCHEDULABLE = "Unschedulable"
+REASON_CHECKSUM_ERROR = "ChecksumError"
+REASON_ERR_STARTING_POD = "ErrStartingPod"
+MESSAGE_NO_PVC = "No PVC found"
+MESSAGE_CLAIM_LOST = "Claim Lost"
+MESSAGE_UNSCHEDULABLE = "Importer pod cannot be scheduled"
+MESSAGE_TOO_SMALL = "DataVolume too small to contain image"
+
+# Event reasons (§5.11). DV events:
+EVENT_IMPORT_SCHEDULED = "ImportScheduled"
+EVENT_IMPORT_IN_PROGRESS = "ImportInProgress"
+EVENT_IMPORT_FAILED = "ImportFailed"
+EVENT_IMPORT_SUCCEEDED = "ImportSucceeded"
+EVENT_ERR_CLAIM_LOST = "ErrClaimLost"
+EVENT_ERR_RESOURCE_EXISTS = "ErrResourceExists"
+EVENT_ERR_RESOURCE_MARKED_FOR_DELETION = "ErrResourceMarkedForDeletion"
+EVENT_ERR_CLAIM_NOT_VALID = "ErrClaimNotValid"
+EVENT_ERR_EXCEEDED_QUOTA = "ErrExceededQuota"
+# PVC events:
+EVENT_ERR_IMPORT_FAILED = "ErrImportFailed"
+EVENT_PVC_IMPORT_SUCCEEDED = "ImportSucceeded"
+EVENT_IMPORT_TARGET_IN_USE = "ImportTargetInUse"
+EVENT_ERR_STARTING_POD = "ErrStartingPod"
+
+# Annotations (§2.1). Keys are literal; the prefix only saves typing.
+_A = GROUP + "/"
+ANN_ENDPOINT = _A + "storage.import.endpoint"
+ANN_SOURCE = _A + "storage.import.source"
+ANN_CONTENT_TYPE = _A + "storage.contentType"
+ANN_SECRET = _A + "storage.import.secretName"
+ANN_CERT_CONFIGMAP = _A + "storage.import.certConfigMap"
+ANN_INSECURE_SKIP_VERIFY = _A + "storage.import.insecureSkipVerify"
+ANN_CHECKSUM = _A + "storage.import.checksum"
+ANN_EXTRA_HEADERS_PREFIX = _A + "storage.import.extraHeaders."
+ANN_SECRET_EXTRA_HEADERS_PREFIX = _A + "storage.import.secretExtraHeaders."
+ANN_REGISTRY_IMPORT_METHOD = _A + "storage.import.registryImportMethod"
+ANN_REGISTRY_IMAGE_STREAM = _A + "storage.import.registryImageStream"
+ANN_REGISTRY_IMAGE_ARCHITECTURE = _A + "storage.import.registryImageArchitecture"
+ANN_IMPORT_POD_NAME = _A + "storage.import.importPodName"
+ANN_REQUIRES_SCRATCH = _A + "storage.import.requiresScratch"
+ANN_FATAL_ERROR = _A + "storage.import.fatalError"
+ANN_POD_PHASE = _A + "storage.pod.phase"
+ANN_POD_READY = _A + "storage.pod.ready"
+ANN_POD_RESTARTS = _A + "storage.pod.restarts"
+ANN_POD_SCHEDULABLE = _A + "storage.pod.schedulable"
+ANN_RUNNING_CONDITION = _A + "storage.condition.running"
+ANN_RUNNING_CONDITION_MESSAGE = _A + "storage.condition.running.message"
+ANN_RUNNING_CONDITION_REASON = _A + "storage.condition.running.reason"
+ANN_BOUND_CONDITION = _A + "storage.condition.bound"
+ANN_BOUND_CONDITION_MESSAGE = _A + "storage.condition.bound.message"
+ANN_BOUND_CONDITION_REASON = _A + "storage.condition.bound.reason"
+ANN_PREALLOCATION_REQUESTED = _A + "storage.preallocation.requested"
+ANN_PREALLOCATION_APPLIED = _A + "storage.preallocation"
+ANN_PRIORITY_CLASS = _A + "storage.pod.priorityclassname"
+ANN_SERVICE_ACCOUNT = _A + "storage.pod.serviceAccountName"
+ANN_RETAIN_AFTER_COMPLETION = _A + "storage.pod.retainAfterCompletion"
+ANN_IMMEDIATE_BINDING = _A + "storage.bind.immediate.requested"
+ANN_UPLOAD_TARGET = _A + "storage.upload.target"
+ANN_UPLOAD_POD_NAME = _A + "storage.uploadPodName"
+ANN_USE_POPULATOR = _A + "storage.usePopulator"
+ANN_POPULATOR_KIND = _A + "storage.populator.kind"
+ANN_PVC_PRIME = _A + "storage.populator.pvcPrime"
+ANN_POPULATOR_PROGRESS = _A + "storage.populator.progress"
+ANN_POPULATED_FOR = _A + "storage.populatedFor"
+ANN_PRE_POPULATED = _A + "storage.prePopulated"
+ANN_ALLOW_CLAIM_ADOPTION = _A + "allowClaimAdoption"
+ANN_CREATED_FOR_DATAVOLUME = _A + "createdForDataVolume"
+ANN_OWNED_BY_DATAVOLUME = _A + "ownedByDataVolume"
+ANN_EXTERNAL_POPULATION = _A + "externalPopulation"
+ANN_CREATED_BY_CONTROLLER = _A + "storage.createdByController"
+ANN_MINIMUM_PVC_SIZE = _A + "minimumSupportedPvcSize"
+ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
+ANN_DEFAULT_VIRT_CLASS = "storageclass.kubevirt.io/is-default-virt-class"
+ANN_DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
+# Ours, beyond CDI (documented in the README of the controller): per-DV overrides of CDIConfig.
+ANN_POD_RESOURCES = _A + "storage.pod.resources"  # JSON ResourceRequirements for the importer container
+ANN_MAX_RESTARTS = _A + "storage.import.maxRestarts"  # transient failures tolerated before the DV fails
+DEFAULT_MAX_RESTARTS = 5
+
+# Annotations a worker pod inherits from its PVC (§2.1), with the defaults CDI sets when they are absent.
+POD_PASSTHROUGH_ANNOTATIONS = (
+    "k8s.v1.cni.cncf.io/networks", "v1.multus-cni.io/default-network", "sidecar.istio.io/inject",
+    "linkerd.io/inject", ANN_PRIORITY_CLASS, ANN_SERVICE_ACCOUNT,
+)
+POD_ANNOTATION_DEFAULTS = {"sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled"}
+
+# Labels (§2.2, §2.3).
+LABEL_APP = "app"
+APP = "containerized-data-importer"
+LABEL_CDI_COMPONENT = GROUP
+IMPORTER_COMPONENT = "importer"
+LABEL_PROMETHEUS = "prometheus.cdi.kubevirt.io"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "cdi-controller"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+COMPONENT_STORAGE = "storage"
+LABEL_FILLING_UP_ALERT = "alerts.k8s.io/KubePersistentVolumeFillingUp"
+LABEL_APPLY_STORAGE_PROFILE = _A + "applyStorageProfile"
+
+# Importer pod (§3.1).
+IMPORTER_CONTAINER = "importer"
+DATA_VOLUME_NAME = "cdi-data-vol"
+CERT_VOLUME_NAME = "cdi-cert-vol"
+PROXY_CERT_VOLUME_NAME = "cdi-proxy-cert-vol"
+METRICS_PORT_NAME = "metrics"
+QEMU_UID = 107
+# Secret keys of a source's secretRef (§1.3).
+SECRET_ACCESS_KEY_ID = "accessKeyId"
+SECRET_SECRET_KEY = "secretKey"
+
+# Content types and source kinds of a DataVolume (§1.2, §1.3).
+CONTENT_TYPES = (CONTENT_KUBEVIRT, CONTENT_ARCHIVE)
+IMPORT_SOURCES = ("http", "s3", "gcs", "registry", "blank", "imageio", "vddk")
+SOURCES = IMPORT_SOURCES + ("pvc", "snapshot", "upload")
+ACCESS_MODES = ("ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
+VOLUME_MODE_FILESYSTEM = "Filesystem"
+VOLUME_MODE_BLOCK = "Block"
+VOLUME_MODE_FROM_STORAGE_PROFILE = "FromStorageProfile"
+
+# Feature gates (§5.9).
+GATE_HONOR_WFFC = "HonorWaitForFirstConsumer"
+GATE_CLAIM_ADOPTION = "DataVolumeClaimAdoption"
+GATE_WEBHOOK_PVC_RENDERING = "WebhookPvcRendering"
+
+# CDIConfig defaults (§5.9, §3.1).
+DEFAULT_FILESYSTEM_OVERHEAD = "0.06"
+DEFAULT_POD_RESOURCES = {
+    "limits": {"cpu": "750m", "memory": "600M"},
+    "requests": {"cpu": "100m", "memory": "60M"},
+}
