@@ -31,6 +31,8 @@ _DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 _DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
               "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx"}
 
+_MNT_DETACH = 2
+
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -77,6 +79,21 @@ def _build_dev(dev: Path) -> None:
         os.symlink(link, dev / name)
 
 
+def _drop_foreign_volumes(keep: set[str]) -> None:
+    """Detaches, in this namespace only, every loop-device filesystem the pod does not use: the namespace
+    started as a copy of all the host's mounts, and a copy would keep other volumes' loop devices busy (their
+    provisioner could not detach them) for as long as this container runs."""
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        source = fields[fields.index("-") + 2]
+        point = fields[4].replace("\\040", " ")
+        if source.startswith("/dev/loop") and point not in keep:
+            points.append(point)
+    for point in sorted(points, key=len, reverse=True):
+        _libc.umount2(point.encode(), _MNT_DETACH)
+
+
 def enter(spec: dict[str, Any]) -> None:
     """Builds the container's filesystem view and execs; returns only by raising."""
     if _libc.unshare(_CLONE_NEWNS) != 0:
@@ -84,8 +101,12 @@ def enter(spec: dict[str, Any]) -> None:
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing we mount may propagate back to the host
     root = Path(spec["root"])
     _build_root(root)
+    keep = set()
     for mount in spec["mounts"]:
-        _bind(mount["source"], root / mount["target"].lstrip("/"), read_only=mount.get("readOnly", False))
+        target = root / mount["target"].lstrip("/")
+        _bind(mount["source"], target, read_only=mount.get("readOnly", False))
+        keep.add(str(target))
+    _drop_foreign_volumes(keep)
     os.chroot(root)
     working_dir = spec.get("workingDir") or "/"
     os.makedirs(working_dir, exist_ok=True)

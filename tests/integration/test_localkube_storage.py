@@ -149,3 +149,29 @@ def test_quantities_are_whole_bytes_rounded_up(text: str, size: int) -> None:
 def test_bad_quantities_say_why(text: str) -> None:
     with pytest.raises(ValueError, match="invalid quantity"):
         parse_quantity(text)
+
+
+
+@pytest.mark.root
+def test_running_pods_do_not_hold_loop_mounts_of_others(tmp_path: Path, localkube_cluster: Cluster,
+                                                        cluster_api: ClusterAPI, cluster_kubectl: Any) -> None:
+    """A pod's mount namespace starts as a copy of the host's mounts. It must not keep a loop filesystem that
+    someone else mounted (another test, another cluster) busy, or its owner could not detach it."""
+    image, mount_point = tmp_path / "foreign.img", tmp_path / "foreign"
+    mount_point.mkdir()
+    with image.open("wb") as f:
+        f.truncate(4 << 20)
+    subprocess.run(["mkfs.ext4", "-q", str(image)], check=True)
+    device = subprocess.run(["losetup", "-f", "--show", str(image)], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    try:
+        subprocess.run(["mount", device, str(mount_point)], check=True)
+        cluster_kubectl("create", "-f", "-", objects=[pod_manifest("holder", "sleep 1000", restart="Always")])
+        cluster_api.wait_phase("holder", "Running")
+        subprocess.run(["umount", str(mount_point)], check=True)
+        subprocess.run(["losetup", "-d", device], check=True)
+        # Detached at once: nothing holds the device, although the pod still runs.
+        assert str(image) not in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    finally:
+        subprocess.run(["umount", str(mount_point)], capture_output=True, check=False)
+        subprocess.run(["losetup", "-d", device], capture_output=True, check=False)
