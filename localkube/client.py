@@ -132,21 +132,32 @@ class Client:
                 yield event["type"], event["object"]
 
     async def inform(self, url_path: str, handler: Handler, *, synced: asyncio.Event | None = None) -> None:
-        """Lists then watches url_path forever, handing every change to handler (like an informer); relists
-        when the watch history is gone. Handler errors are logged, so one bad object cannot stop the loop."""
+        """Lists then watches url_path forever, handing every change to handler (like an informer). When the
+        watch history is gone it relists, and objects that vanished meanwhile are handed over as DELETED.
+        Handler errors are logged, so one bad object cannot stop the loop."""
+        known: dict[str, Object] = {}
         while True:
             try:
                 listed = await self.list(url_path)
                 version = listed["metadata"]["resourceVersion"]
-                for item in listed.get("items", []):
+                current = {item["metadata"]["uid"]: item for item in listed.get("items", [])}
+                for uid in set(known) - set(current):
+                    await _call(handler, "DELETED", known.pop(uid))
+                for uid, item in current.items():
+                    known[uid] = item
                     await _call(handler, "ADDED", item)
                 if synced is not None:
                     synced.set()
                 while True:
                     async for kind, obj in self.watch(url_path, version):
                         version = obj.get("metadata", {}).get("resourceVersion", version)
-                        if kind != "BOOKMARK":
-                            await _call(handler, kind, obj)
+                        if kind == "BOOKMARK":
+                            continue
+                        if kind == "DELETED":
+                            known.pop(obj["metadata"]["uid"], None)
+                        else:
+                            known[obj["metadata"]["uid"]] = obj
+                        await _call(handler, kind, obj)
             except asyncio.CancelledError:
                 raise
             except (APIError, aiohttp.ClientError, ConnectionError) as exc:

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from ..apiserver.errors import APIError as ServedError
-from ..client import APIError, Client, Object, path
+from ..client import APIError, Client, Object, path, post_event
 from . import podspec
 from .images import ImageMap
 from .pod import Container, PodWorker
@@ -106,9 +106,14 @@ class Kubelet:
             if problem is None:
                 binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": worker.name},
                            "target": {"apiVersion": "v1", "kind": "Node", "name": NODE_NAME}}
-                with contextlib.suppress(APIError):  # 409: bound already, by us or anyone
+                try:
                     await self.client.create(path("pods", namespace=worker.namespace, name=worker.name,
                                                   subresource="binding"), binding)
+                    await post_event(self.client, worker.pod, kind="Pod", reason="Scheduled", component="scheduler",
+                                     message=f"Successfully assigned {worker.namespace}/{worker.name} to {NODE_NAME}")
+                except APIError as exc:
+                    if exc.code != 409:  # bound already, by anyone
+                        raise
                 worker.pod = await self.client.get(path("pods", namespace=worker.namespace, name=worker.name))
                 continue
             worker.unschedulable(problem)

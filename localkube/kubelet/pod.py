@@ -99,6 +99,9 @@ class PodWorker:
             if pending:
                 await asyncio.wait(pending)
         if self.task is not None:
+            # Containers that just exited get their terminated state recorded; a back-off or scheduling
+            # wait is simply cut short.
+            await asyncio.wait([self.task], timeout=1)
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self.task

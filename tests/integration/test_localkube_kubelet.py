@@ -259,3 +259,20 @@ def _alive(pid: int) -> bool:
     stat = Path(f"/proc/{pid}/stat")
     return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
 
+
+
+def test_pod_with_finalizer_is_stopped_and_deleted_once_released(cluster_api: ClusterAPI,
+                                                                 cluster_kubectl: Any) -> None:
+    pod = pod_manifest("held", "trap 'exit 0' TERM; while :; do sleep 0.1; done", restart="Always")
+    pod["metadata"]["finalizers"] = ["example.com/hold"]
+    cluster_kubectl("create", "-f", "-", objects=[pod])
+    pid = pid_of(cluster_api.wait_phase("held", "Running"))
+    assert any(e["reason"] == "Scheduled" and e["involvedObject"]["name"] == "held" for e in cluster_api.events())
+    cluster_kubectl("delete", "pod", "held", "--wait=false")
+    stopped = cluster_api.wait_pod("held", lambda p: "terminated" in status_of(p)["state"], what="stopped")
+    assert stopped["metadata"]["deletionTimestamp"]
+    # The grace period is the pod's deletionGracePeriodSeconds (0 from this API server: SIGKILL at once).
+    assert status_of(stopped)["state"]["terminated"]["exitCode"] in (0, 137)
+    wait_for(lambda: not _alive(pid), what="process gone")
+    cluster_kubectl("patch", "pod", "held", "--type=json", "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]')
+    wait_for(lambda: cluster_api.get(f"{NS}/pods/held") is None, what="pod removed")
