@@ -40,6 +40,7 @@ class Kubelet:
         self.shutdown_grace = shutdown_grace
         self.host_ip = "127.0.0.1"
         self.workers: dict[str, PodWorker] = {}
+        self._closed = False  # set by shutdown: no new pods start, whatever the watch still delivers
         self._stopping: set[asyncio.Task[None]] = set()
         self._claims_changed = asyncio.Event()
         # Pod IPs are 127.N.x.y with N random per kubelet, so two clusters on one machine rarely collide.
@@ -59,6 +60,7 @@ class Kubelet:
 
     async def shutdown(self) -> None:
         """Stops every pod (grace capped at shutdown_grace) and waits for pods already being stopped."""
+        self._closed = True
         workers, self.workers = list(self.workers.values()), {}
         await asyncio.gather(*(w.stop(min(_grace(w.pod), self.shutdown_grace)) for w in workers),
                              *self._stopping, return_exceptions=True)
@@ -145,6 +147,8 @@ class Kubelet:
     # -- pods -------------------------------------------------------------------------------------------------
 
     async def _on_pod(self, kind: str, pod: Object) -> None:
+        if self._closed:
+            return
         uid = pod["metadata"]["uid"]
         worker = self.workers.get(uid)
         if kind == "DELETED":

@@ -84,6 +84,11 @@ class PodWorker:
 
     def start(self) -> None:
         self.task = asyncio.create_task(self._run(), name=f"pod {self.namespace}/{self.name}")
+        self.task.add_done_callback(self._report_failure)
+
+    def _report_failure(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("pod %s/%s: the kubelet gave up on it", self.namespace, self.name, exc_info=task.exception())
 
     async def stop(self, grace: float) -> None:
         """SIGTERM to every container, SIGKILL after grace seconds; then the pod's files go."""
@@ -105,6 +110,10 @@ class PodWorker:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self.task
+        for container in self.all_containers():  # one that was starting while we signalled the others
+            if container.process is not None and container.process.returncode is None:
+                _signal_group(container, signal.SIGKILL)
+                await container.process.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def all_containers(self) -> list[Container]:
@@ -180,7 +189,8 @@ class PodWorker:
             return self._terminated(container, 128, "ContainerCannotRun", str(exc))
         base_env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOSTNAME": self.name,
                     "HOME": "/root"}
-        sandbox = {"root": str(self._root(container)), "mounts": [{"source": m.source, "target": m.target, "readOnly": m.read_only} for m in mounts],
+        sandbox = {"root": str(self._root(container)),
+                   "mounts": [{"source": m.source, "target": m.target, "readOnly": m.read_only} for m in mounts],
                    "workingDir": spec.get("workingDir", ""), "argv": argv, "env": {**base_env, **env}}
         started = now()
         error = await self._spawn(container, sandbox)
@@ -201,7 +211,8 @@ class PodWorker:
             log=container.log_file.read_bytes(), exit_code=code)
         return self._terminated(container, code, "Completed" if code == 0 else "Error", text, started=started)
 
-    async def _configure(self, container: Container, message_file: Path) -> tuple[dict[str, str], list[str], list[Mount]]:
+    async def _configure(self, container: Container, message_file: Path
+                         ) -> tuple[dict[str, str], list[str], list[Mount]]:
         """Environment, argv and mounts; a missing Secret or key is waited for (CreateContainerConfigError)."""
         spec = container.spec
         reported = False
@@ -234,19 +245,19 @@ class PodWorker:
 
     async def _spawn(self, container: Container, sandbox: Object) -> str:
         """Starts the sandbox helper; returns its error before exec, or "" once the container runs."""
-        read_end, write_end = os.pipe()
-        sandbox["error_fd"] = write_end
         self._root(container).mkdir(parents=True, exist_ok=True)
         assert container.log_file is not None
+        read_end, write_end = os.pipe()
+        sandbox["error_fd"] = write_end
         try:
-            with container.log_file.open("ab") as log_fd:
-                container.process = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "localkube.kubelet.sandbox", json.dumps(sandbox),
-                    stdin=asyncio.subprocess.DEVNULL, stdout=log_fd, stderr=asyncio.subprocess.STDOUT,
-                    pass_fds=(write_end,), start_new_session=True)
-        finally:
-            os.close(write_end)
-        try:
+            try:
+                with container.log_file.open("ab") as log_fd:
+                    container.process = await asyncio.create_subprocess_exec(
+                        sys.executable, "-m", "localkube.kubelet.sandbox", json.dumps(sandbox),
+                        stdin=asyncio.subprocess.DEVNULL, stdout=log_fd, stderr=asyncio.subprocess.STDOUT,
+                        pass_fds=(write_end,), start_new_session=True)
+            finally:
+                os.close(write_end)
             error = await asyncio.get_running_loop().run_in_executor(None, os.read, read_end, 4096)
         finally:
             os.close(read_end)

@@ -97,7 +97,8 @@ def test_environment_volumes_and_working_dir(localkube_cluster: Cluster, cluster
         "envy", script, env=env, workingDir="/work-here",
         volumes=[{"name": "cm", "configMap": {"name": "settings"}},
                  {"name": "sec", "secret": {"secretName": "creds", "items": [{"key": "accessKeyId", "path": "id"}]}}],
-        volumeMounts=[{"name": "cm", "mountPath": "/certs", "readOnly": True}, {"name": "sec", "mountPath": "/secret"}])])
+        volumeMounts=[{"name": "cm", "mountPath": "/certs", "readOnly": True},
+                      {"name": "sec", "mountPath": "/secret"}])])
     pod = cluster_api.wait_phase("envy", "Succeeded", "Failed")
     assert pod["status"]["phase"] == "Succeeded", pod["status"]
     ip = pod["status"]["podIP"]

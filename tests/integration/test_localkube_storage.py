@@ -94,7 +94,8 @@ def test_wait_for_first_consumer_binds_when_a_pod_is_scheduled(localkube_cluster
     assert cluster_api.get("/api/v1/persistentvolumes")["items"] == []  # type: ignore[index]
 
     cluster_kubectl("create", "-f", "-", objects=[pod_manifest(
-        "consumer", "ls /data", volumes=[claim_volume("d", "late")], volumeMounts=[{"name": "d", "mountPath": "/data"}])])
+        "consumer", "ls /data", volumes=[claim_volume("d", "late")],
+        volumeMounts=[{"name": "d", "mountPath": "/data"}])])
     pod = cluster_api.wait_phase("consumer", "Succeeded", "Failed")
     assert pod["status"]["phase"] == "Succeeded" and pod["spec"]["nodeName"] == "localkube"
     pvc = cluster_api.get(f"{NS}/persistentvolumeclaims/late")
