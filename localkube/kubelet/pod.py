@@ -12,7 +12,8 @@ import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from .kubelet import Kubelet
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 COMPONENT = "kubelet"
 
@@ -215,21 +217,34 @@ class PodWorker:
                          ) -> tuple[dict[str, str], list[str], list[Mount]]:
         """Environment, argv and mounts; a missing Secret or key is waited for (CreateContainerConfigError)."""
         spec = container.spec
+
+        async def attempt() -> tuple[dict[str, str], list[str], list[Mount]]:
+            env = await podspec.container_env(spec, self._pod_with_status(), self.kubelet.fetch(self.namespace))
+            argv = [podspec.expand(a, env) for a in container_argv(
+                self.kubelet.images, image=spec.get("image", ""), command=spec.get("command"), args=spec.get("args"))]
+            return env, argv, self._mounts(spec, message_file)
+
+        def waiting(message: str) -> None:
+            container.state = {"waiting": {"reason": "CreateContainerConfigError", "message": message}}
+            self.changed.set()
+
+        return await self._until_configured(attempt, reason="Failed", prefix="Error: ", on_error=waiting)
+
+    async def _until_configured(self, attempt: Callable[[], Awaitable[T]], *, reason: str, prefix: str,
+                                on_error: Callable[[str], None] | None = None) -> T:
+        """Retries attempt while a Secret, ConfigMap or claim it needs is missing (as the kubelet waits for
+        them), with one Warning event saying what is missing."""
         reported = False
         while True:
             try:
-                env = await podspec.container_env(spec, self._pod_with_status(), self.kubelet.fetch(self.namespace))
-                argv = [podspec.expand(a, env) for a in container_argv(
-                    self.kubelet.images, image=spec.get("image", ""), command=spec.get("command"),
-                    args=spec.get("args"))]
-                return env, argv, self._mounts(spec, message_file)
+                return await attempt()
             except podspec.ConfigError as exc:
-                container.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
-                self.changed.set()
+                if on_error is not None:
+                    on_error(str(exc))
                 if not reported:
                     reported = True
-                    await post_event(self.kubelet.client, self.pod, kind="Pod", reason="Failed",
-                                     message=f"Error: {exc}", component=COMPONENT, warning=True)
+                    await post_event(self.kubelet.client, self.pod, kind="Pod", reason=reason,
+                                     message=f"{prefix}{exc}", component=COMPONENT, warning=True)
                 await asyncio.sleep(max(self.kubelet.backoff_base, 0.5))
 
     def _terminated(self, container: Container, code: int, reason: str, message: str, *,
@@ -271,16 +286,12 @@ class PodWorker:
     # -- volumes ----------------------------------------------------------------------------------------------
 
     async def _prepare_volumes(self) -> None:
-        """Resolves every volume to a host path; a missing object is retried as Kubernetes' FailedMount."""
-        while True:
-            try:
-                for volume in self.pod["spec"].get("volumes", []):
-                    self.volumes[volume["name"]] = await self._volume_source(volume)
-                return
-            except podspec.ConfigError as exc:
-                await post_event(self.kubelet.client, self.pod, kind="Pod", reason="FailedMount",
-                                 message=f"MountVolume.SetUp failed: {exc}", component=COMPONENT, warning=True)
-                await asyncio.sleep(max(self.kubelet.backoff_base, 0.5))
+        """Resolves every volume to a host path (Kubernetes' FailedMount while something is missing)."""
+        async def attempt() -> None:
+            for volume in self.pod["spec"].get("volumes", []):
+                self.volumes[volume["name"]] = await self._volume_source(volume)
+
+        await self._until_configured(attempt, reason="FailedMount", prefix="MountVolume.SetUp failed: ")
 
     async def _volume_source(self, volume: Object) -> str:
         name = volume["name"]

@@ -277,3 +277,19 @@ def test_pod_with_finalizer_is_stopped_and_deleted_once_released(cluster_api: Cl
     wait_for(lambda: not _alive(pid), what="process gone")
     cluster_kubectl("patch", "pod", "held", "--type=json", "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]')
     wait_for(lambda: cluster_api.get(f"{NS}/pods/held") is None, what="pod removed")
+
+
+def test_missing_volume_source_is_one_failed_mount_event_then_runs(cluster_api: ClusterAPI,
+                                                                  cluster_kubectl: Any) -> None:
+    cluster_kubectl("create", "-f", "-", objects=[pod_manifest(
+        "mounting", "cat /cfg/k", volumes=[{"name": "cfg", "configMap": {"name": "later"}}],
+        volumeMounts=[{"name": "cfg", "mountPath": "/cfg"}])])
+    event = wait_for(lambda: next((e for e in cluster_api.events() if e["reason"] == "FailedMount"), None),
+                     what="FailedMount event")
+    assert event["message"] == 'MountVolume.SetUp failed: configmap "later" not found'
+    assert event["type"] == "Warning" and event["involvedObject"]["name"] == "mounting"
+    assert cluster_api.pod("mounting")["status"]["phase"] == "Pending"
+    cluster_kubectl("create", "configmap", "later", "--from-literal=k=v")
+    cluster_api.wait_phase("mounting", "Succeeded")
+    assert cluster_kubectl("logs", "mounting").stdout == "v"
+    assert [e["reason"] for e in cluster_api.events()].count("FailedMount") == 1
