@@ -1,0 +1,55 @@
+"""Import progress, scraped from the importer pod's metrics endpoint as CDI's controller does (cdi-facts §3.9).
+
+The only polled thing in the controller: a metric cannot be watched. The endpoint is HTTPS with a certificate
+the pod made up at start, so it is not verified; the value is only ever shown, never trusted for decisions.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import requests
+import urllib3
+
+from cdi.api import names
+from cdi.api.spec import Obj
+from importer.contract import PROGRESS_METRIC
+
+SCRAPE_TIMEOUT = 2.0
+
+
+def parse_progress(metrics_text: str, *, owner_uid: str) -> str | None:
+    """``"45.30%"`` from the Prometheus text of an importer, or None when it has no value for ``owner_uid``."""
+    pattern = re.compile(rf'{PROGRESS_METRIC}\{{ownerUID="{re.escape(owner_uid)}"\}} (\d{{1,3}}\.?\d*)')
+    match = pattern.search(metrics_text)
+    return f"{float(match[1]):.2f}%" if match else None
+
+
+def metrics_url(pod: Obj) -> str | None:
+    """Where a running importer pod serves its metrics; None before it runs or without a pod IP."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running" or not status.get("podIP"):
+        return None
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for port in container.get("ports") or []:
+            if port.get("name") == names.METRICS_PORT_NAME:
+                host = status["podIP"]
+                host = f"[{host}]" if ":" in host else host
+                return f"https://{host}:{port['containerPort']}/metrics"
+    return None
+
+
+def scrape_progress(pod: Obj, *, owner_uid: str, timeout: float = SCRAPE_TIMEOUT) -> str | None:
+    """The pod's progress, or None if it cannot be read now (not running, refused, timed out)."""
+    url = metrics_url(pod)
+    if url is None:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+            response = requests.get(url, verify=False, timeout=timeout)  # noqa: S501 - self-signed per pod
+        response.raise_for_status()
+    except requests.RequestException:
+        return None
+    return parse_progress(response.text, owner_uid=owner_uid)
