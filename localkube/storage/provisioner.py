@@ -32,6 +32,7 @@ NODE_NAME = "localkube"
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
 BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
 BACKING_FILE = "localkube.dev/backing-file"
+STORAGE_PROVISIONER = ("volume.kubernetes.io/storage-provisioner", "volume.beta.kubernetes.io/storage-provisioner")
 
 
 @dataclass
@@ -81,16 +82,20 @@ class Provisioner:
         if meta.get("deletionTimestamp") or pvc.get("status", {}).get("phase") == "Bound":
             return
         if pvc["spec"].get("volumeName"):
-            pv = await self.client.get_or_none(path("persistentvolumes", name=pvc["spec"]["volumeName"]))
-            if pv is not None and pv["spec"].get("claimRef", {}).get("uid") == meta["uid"]:
-                await self._bind(pvc, pv)
-            return
-        if meta["uid"] in self._busy or _populated_elsewhere(pvc):
+            return  # a volume is chosen: binding it is _on_pv's job, when the PV's claimRef names this claim
+        if meta["uid"] in self._busy:
             return
         sc_name = pvc["spec"].get("storageClassName")
         sc = await self.client.get_or_none(path("storageclasses", group="storage.k8s.io", name=sc_name)) \
             if sc_name else None
         if sc is None or sc.get("provisioner") != PROVISIONER:
+            return
+        if any(meta.get("annotations", {}).get(key) != PROVISIONER for key in STORAGE_PROVISIONER):
+            # As the PV controller marks a claim for its provisioner (CDI reads this to pick its import path).
+            await self.client.patch(
+                path("persistentvolumeclaims", namespace=meta["namespace"], name=meta["name"]),
+                {"metadata": {"annotations": {key: PROVISIONER for key in STORAGE_PROVISIONER}}})
+        if _populated_elsewhere(pvc):
             return
         if sc.get("volumeBindingMode") == "WaitForFirstConsumer" and SELECTED_NODE not in meta.get("annotations", {}):
             if meta["uid"] not in self._waiting_reported:

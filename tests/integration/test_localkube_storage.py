@@ -4,6 +4,7 @@ through the backing files; Immediate and WaitForFirstConsumer binding; reclaim o
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -176,3 +177,34 @@ def test_running_pods_do_not_hold_loop_mounts_of_others(tmp_path: Path, localkub
     finally:
         subprocess.run(["umount", str(mount_point)], capture_output=True, check=False)
         subprocess.run(["losetup", "-d", device], capture_output=True, check=False)
+
+
+@pytest.mark.root
+def test_populator_claims_wait_and_a_moved_claim_ref_binds_the_target(localkube_cluster: Cluster,
+                                                                      cluster_api: ClusterAPI,
+                                                                      cluster_kubectl: Any) -> None:
+    """How volume populators (CDI's among them) hand over a volume: the target claim names a populator's
+    source and is not provisioned; a helper claim gets the volume; moving the PV's claimRef to the target
+    binds the target, and deleting the helper leaves the volume alone."""
+    target = pvc_manifest("target")
+    target["spec"]["dataSourceRef"] = {"apiGroup": "cdi.kubevirt.io", "kind": "VolumeImportSource", "name": "src"}
+    cluster_kubectl("create", "-f", "-", objects=[target, pvc_manifest("prime")])
+    pv = bound_pv(cluster_api, "prime")
+    waiting = wait_for(lambda: (lambda c: c if c and c["metadata"].get("annotations", {}).get(
+        "volume.kubernetes.io/storage-provisioner") else None)(cluster_api.get(f"{NS}/persistentvolumeclaims/target")),
+        what="target marked for the provisioner")
+    assert waiting["metadata"]["annotations"]["volume.kubernetes.io/storage-provisioner"] == "localkube.dev/local"
+    assert waiting["status"]["phase"] == "Pending" and not waiting["spec"].get("volumeName")
+
+    claim_ref = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": "default", "name": "target",
+                 "uid": waiting["metadata"]["uid"]}
+    cluster_kubectl("patch", "pv", pv["metadata"]["name"], "--type=merge", "-p",
+                    json.dumps({"spec": {"claimRef": claim_ref}}))
+    assert bound_pv(cluster_api, "target")["metadata"]["name"] == pv["metadata"]["name"]
+    cluster_kubectl("delete", "pvc", "prime")
+    cluster_kubectl("create", "-f", "-", objects=[pod_manifest(
+        "user", "echo ok > /data/x", volumes=[claim_volume("d", "target")],
+        volumeMounts=[{"name": "d", "mountPath": "/data"}])])
+    assert cluster_api.wait_phase("user", "Succeeded", "Failed")["status"]["phase"] == "Succeeded"
+    assert cluster_api.get(f"/api/v1/persistentvolumes/{pv['metadata']['name']}") is not None
+    assert backing_file(pv).exists()
