@@ -47,7 +47,8 @@ class Provisioner:
         self.client = client
         self.workdir = workdir
         self._backings: dict[str, Backing] = {}  # by PV name
-        self._busy: set[str] = set()  # PVC uids being provisioned
+        # PVC uids provisioned or being provisioned: watch events can be older than our own writes.
+        self._claimed: set[str] = set()
         self._waiting_reported: set[str] = set()
         self._lock = asyncio.Lock()  # host changes one at a time: losetup --find races with itself
 
@@ -83,7 +84,7 @@ class Provisioner:
             return
         if pvc["spec"].get("volumeName"):
             return  # a volume is chosen: binding it is _on_pv's job, when the PV's claimRef names this claim
-        if meta["uid"] in self._busy:
+        if meta["uid"] in self._claimed:
             return
         sc_name = pvc["spec"].get("storageClassName")
         sc = await self.client.get_or_none(path("storageclasses", group="storage.k8s.io", name=sc_name)) \
@@ -103,13 +104,12 @@ class Provisioner:
                 await self.event(pvc, "WaitForFirstConsumer",
                                  "waiting for first consumer to be created before binding")
             return
-        self._busy.add(meta["uid"])
+        self._claimed.add(meta["uid"])
         try:
             await self._provision(pvc, sc)
         except (ValueError, hostvolumes.HostError, APIError) as exc:
+            self._claimed.discard(meta["uid"])  # the claim's next change tries again
             await self.event(pvc, "ProvisioningFailed", str(exc), warning=True)
-        finally:
-            self._busy.discard(meta["uid"])
 
     async def _provision(self, pvc: Object, sc: Object) -> None:
         meta, spec = pvc["metadata"], pvc["spec"]
@@ -165,6 +165,7 @@ class Provisioner:
     async def _claim_deleted(self, pvc: Object) -> None:
         uid = pvc["metadata"]["uid"]
         self._waiting_reported.discard(uid)
+        self._claimed.discard(uid)
         for pv in (await self.client.list(path("persistentvolumes")))["items"]:
             if pv["spec"].get("claimRef", {}).get("uid") != uid:
                 continue

@@ -106,6 +106,8 @@ def test_wait_for_first_consumer_binds_when_a_pod_is_scheduled(localkube_cluster
     pv = cluster_api.get(f"/api/v1/persistentvolumes/{pvc['spec']['volumeName']}")
     assert pv is not None and pv["status"]["phase"] == "Bound"
     assert pv["spec"]["claimRef"]["uid"] == pvc["metadata"]["uid"]
+    reasons = [e["reason"] for e in cluster_api.events() if e["involvedObject"]["name"] == "late"]
+    assert sorted(reasons) == ["ProvisioningSucceeded", "WaitForFirstConsumer"]  # each said once
 
 
 @pytest.mark.root
