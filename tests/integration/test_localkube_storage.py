@@ -54,6 +54,8 @@ def test_pods_see_the_bytes_of_the_backing_files(localkube_cluster: Cluster, clu
     dumped = subprocess.run(["debugfs", "-R", "cat /x", str(backing_file(fs_pv))], capture_output=True)
     assert dumped.stdout == b"hi\n"
     assert fs_pv["spec"]["capacity"] == {"storage": "4Mi"} and fs_pv["spec"]["volumeMode"] == "Filesystem"
+    provisioned = [e["involvedObject"]["name"] for e in cluster_api.events() if e["reason"] == "ProvisioningSucceeded"]
+    assert sorted(provisioned) == ["blk", "fs"]
 
     image = backing_file(block_pv)
     assert image.stat().st_size == 4 * 1024 * 1024
