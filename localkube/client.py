@@ -70,10 +70,9 @@ class Client:
         async with self._http().request(method, self.base_url + url_path, data=data, params=params,
                                         headers={"Content-Type": content_type}) as response:
             payload = await response.read()
-        result = json.loads(payload) if payload else {}
         if response.status >= 400:
-            raise APIError(response.status, result.get("reason", ""), result.get("message", payload.decode()[:200]))
-        return result
+            raise _error(response.status, payload)
+        return json.loads(payload) if payload else {}
 
     async def get(self, url_path: str) -> Object:
         return await self.request("GET", url_path)
@@ -120,16 +119,19 @@ class Client:
         params = {"watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true"}
         async with self._http().get(self.base_url + url_path, params=params) as response:
             if response.status >= 400:
-                status = json.loads(await response.read() or b"{}")
-                raise APIError(response.status, status.get("reason", ""), status.get("message", ""))
-            async for line in response.content:
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                if event["type"] == "ERROR":
-                    status = event["object"]
-                    raise APIError(status.get("code", 500), status.get("reason", ""), status.get("message", ""))
-                yield event["type"], event["object"]
+                raise _error(response.status, await response.read())
+            pending = b""
+            # Split lines ourselves: aiohttp's line reader refuses lines over 64 KiB, and an object can be larger.
+            async for chunk in response.content.iter_any():
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event["type"] == "ERROR":
+                        status = event["object"]
+                        raise APIError(status.get("code", 500), status.get("reason", ""), status.get("message", ""))
+                    yield event["type"], event["object"]
 
     async def inform(self, url_path: str, handler: Handler, *, synced: asyncio.Event | None = None) -> None:
         """Lists then watches url_path forever, handing every change to handler (like an informer). When the
@@ -163,6 +165,17 @@ class Client:
             except (APIError, aiohttp.ClientError, ConnectionError) as exc:
                 log.debug("watch of %s restarts after: %s", url_path, exc)
                 await asyncio.sleep(0.2)
+
+
+def _error(code: int, payload: bytes) -> APIError:
+    """A Kubernetes Status body when there is one, else the start of whatever the server said."""
+    try:
+        status = json.loads(payload)
+    except ValueError:
+        status = None
+    if not isinstance(status, dict):
+        return APIError(code, "", payload.decode(errors="replace")[:200])
+    return APIError(code, status.get("reason", ""), status.get("message", ""))
 
 
 async def _call(handler: Handler, kind: str, obj: Object) -> None:

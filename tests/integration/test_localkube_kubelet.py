@@ -293,3 +293,12 @@ def test_missing_volume_source_is_one_failed_mount_event_then_runs(cluster_api: 
     cluster_api.wait_phase("mounting", "Succeeded")
     assert cluster_kubectl("logs", "mounting").stdout == "v"
     assert [e["reason"] for e in cluster_api.events()].count("FailedMount") == 1
+
+
+def test_pod_larger_than_a_watch_line_buffer_runs(cluster_api: ClusterAPI, cluster_kubectl: Any) -> None:
+    """Watch events arrive one JSON line per object; a pod of 100 KiB must not stop the kubelet's watch."""
+    big = pod_manifest("big", "echo ran")
+    big["metadata"]["annotations"] = {"example.com/blob": "x" * (100 * 1024)}
+    cluster_kubectl("create", "-f", "-", objects=[big, pod_manifest("after", "echo ran too")])
+    cluster_api.wait_phase("big", "Succeeded")
+    cluster_api.wait_phase("after", "Succeeded")
