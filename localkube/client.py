@@ -165,6 +165,9 @@ class Client:
             except (APIError, aiohttp.ClientError, ConnectionError) as exc:
                 log.debug("watch of %s restarts after: %s", url_path, exc)
                 await asyncio.sleep(0.2)
+            except Exception:  # an informer must outlive anything one response does to it
+                log.exception("watch of %s failed; listing again", url_path)
+                await asyncio.sleep(1)
 
 
 def _error(code: int, payload: bytes) -> APIError:
