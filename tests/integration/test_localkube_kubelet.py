@@ -302,3 +302,21 @@ def test_pod_larger_than_a_watch_line_buffer_runs(cluster_api: ClusterAPI, clust
     cluster_kubectl("create", "-f", "-", objects=[big, pod_manifest("after", "echo ran too")])
     cluster_api.wait_phase("big", "Succeeded")
     cluster_api.wait_phase("after", "Succeeded")
+
+
+def test_logs_errors_as_kubectl_reports_them(cluster_api: ClusterAPI, cluster_kubectl: Any) -> None:
+    pair = pod_manifest("pair", "echo one")
+    pair["spec"]["containers"].append({"name": "d", "image": "busybox", "command": ["sh", "-c", "echo two"]})
+    cluster_kubectl("create", "-f", "-", objects=[pair])
+    cluster_api.wait_phase("pair", "Succeeded")
+    assert cluster_kubectl("logs", "pair", "-c", "d").stdout == "two\n"
+    unnamed = cluster_kubectl("logs", "pair")  # kubectl picks the first container itself ...
+    assert unnamed.stdout == "one\n"
+    asked = requests.get(f"{cluster_api.url}{NS}/pods/pair/log", timeout=10)  # ... the API does not
+    assert asked.status_code == 400
+    assert asked.json()["message"] == "a container name must be specified for pod pair, choose one of: [c d]"
+    previous = cluster_kubectl("logs", "pair", "-c", "c", "--previous", check=False)
+    assert previous.returncode == 1
+    assert 'previous terminated container "c" in pod "pair" not found' in previous.stderr
+    wrong = cluster_kubectl("logs", "pair", "-c", "nope", check=False)
+    assert wrong.returncode == 1 and "container nope is not valid for pod pair" in wrong.stderr
