@@ -197,6 +197,16 @@ VOLUME_MODE_FILESYSTEM = "Filesystem"
 VOLUME_MODE_BLOCK = "Block"
 VOLUME_MODE_FROM_STORAGE_PROFILE = "FromStorageProfile"
 
+# The controller's own env (cdi-facts §5.1; the URL and webhook settings are ours). IMPORTER_IMAGE is the
+# controller's setting, not part of the importer's env contract.
+ENV_IMPORTER_IMAGE = "IMPORTER_IMAGE"
+ENV_PULL_POLICY = "PULL_POLICY"
+ENV_UPLOADPROXY_URL = "UPLOADPROXY_URL"
+ENV_WEBHOOK_PORT = "CDI_WEBHOOK_PORT"
+ENV_WEBHOOK_HOST = "CDI_WEBHOOK_HOST"
+ENV_WEBHOOK_CERT = "CDI_WEBHOOK_CERT"
+ENV_WEBHOOK_KEY = "CDI_WEBHOOK_KEY"
+
 # Feature gates (§5.9).
 GATE_HONOR_WFFC = "HonorWaitForFirstConsumer"
 GATE_CLAIM_ADOPTION = "DataVolumeClaimAdoption"

@@ -1,0 +1,305 @@
+"""The controller process: kopf handlers that fetch, call the pure functions and apply their answer.
+
+Event-driven: a change to a DataVolume, its PVC or its importer pod reconciles that DataVolume. The only
+periodic work is scraping progress of running imports. Raw watch events (``on.event``) are used on purpose:
+they need no finalizers and no kopf bookkeeping annotations on users' objects. Every decision is recomputed
+from the objects themselves, and generated names are deterministic, so a restarted controller picks up where
+the previous one stopped without creating a second importer pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from cdi.api import names
+from cdi.api.spec import Obj, annotations, meta
+from cdi.api.validation import Invalid, validate_datavolume
+from cdi.controller.config import cdi_config_status, max_restarts, storage_profile
+from cdi.controller.importer_pod import importer_pod, is_import_claim, pod_name, wants_importer_pod
+from cdi.controller.kube import Kube, path
+from cdi.controller.progress import scrape_progress
+from cdi.controller.pvc import (
+    ClaimAction, ClaimNotValid, adopted_pvc_patch, claim_action, conflict_message, render_pvc,
+)
+from cdi.controller.status import WARNING, Event, claim_update, dv_status
+
+log = logging.getLogger("cdi-controller")
+PROGRESS_INTERVAL = 2.0
+
+
+@dataclass
+class Settings:
+    """The controller's own configuration, from its Deployment's env (names as CDI's, cdi-facts §5.1)."""
+
+    image: str = "quay.io/kubevirt/cdi-importer:latest"
+    pull_policy: str = "IfNotPresent"
+    upload_proxy_url: str = ""
+    default_gates: list[str] = field(default_factory=lambda: [names.GATE_HONOR_WFFC])
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        env = os.environ
+        return cls(image=env.get(names.ENV_IMPORTER_IMAGE) or cls.image,
+                   pull_policy=env.get(names.ENV_PULL_POLICY) or cls.pull_policy,
+                   upload_proxy_url=env.get(names.ENV_UPLOADPROXY_URL, ""))
+
+
+_kube: Kube | None = None
+_settings = Settings()
+
+
+def kube() -> Kube:
+    global _kube
+    if _kube is None:
+        _kube = Kube.from_environment()
+    return _kube
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _cdi(plural: str, *, namespace: str | None = None, name: str | None = None,
+         subresource: str | None = None) -> str:
+    return path(group=names.GROUP, version=names.VERSION, plural=plural, namespace=namespace, name=name,
+                subresource=subresource)
+
+
+def _core(plural: str, *, namespace: str | None = None, name: str | None = None) -> str:
+    return path(plural=plural, namespace=namespace, name=name)
+
+
+def _storage_classes() -> list[Obj]:
+    return kube().list(path(group="storage.k8s.io", version="v1", plural="storageclasses"))
+
+
+def _config() -> Obj | None:
+    return kube().get(_cdi(names.CDICONFIGS, name=names.CDICONFIG_NAME))
+
+
+def _gates(config: Obj | None) -> list[str]:
+    return list(((config or {}).get("spec") or {}).get("featureGates") or _settings.default_gates)
+
+
+# --- DataVolumes -------------------------------------------------------------------------------------------
+
+
+def reconcile_datavolume(namespace: str, name: str) -> None:
+    """Bring one DataVolume's PVC, importer pod and status in line with its spec."""
+    k = kube()
+    dv = k.get(_cdi(names.DATAVOLUMES, namespace=namespace, name=name))
+    if dv is None or meta(dv).get("deletionTimestamp"):
+        return
+    pvc_path = _core("persistentvolumeclaims", namespace=namespace, name=name)
+    pvc = k.get(pvc_path)
+    config = _config()
+    classes = _storage_classes()
+    config_status = (config or {}).get("status") or cdi_config_status(config, storage_classes=classes)
+    gates = _gates(config)
+    action = claim_action(dv, pvc, feature_gates=gates)
+    claim_error: Event | None = None
+    if action is ClaimAction.CREATE:
+        try:
+            body = render_pvc(dv, storage_classes=classes, cdi_config_status=config_status,
+                              storage_profiles=k.list(_cdi(names.STORAGEPROFILES)),
+                              persistent_volumes=[] if classes else k.list(_core("persistentvolumes")))
+        except ClaimNotValid as error:
+            claim_error = Event(WARNING, names.EVENT_ERR_CLAIM_NOT_VALID, str(error))
+        else:
+            pvc = k.create(_core("persistentvolumeclaims", namespace=namespace), body) or k.get(pvc_path)
+    elif action is ClaimAction.ADOPT:
+        pvc = k.patch(pvc_path, adopted_pvc_patch(dv, pvc))
+        if pvc and annotations(pvc).get(names.ANN_POPULATED_FOR) == name:
+            k.patch(_cdi(names.DATAVOLUMES, namespace=namespace, name=name),
+                    {"metadata": {"annotations": {names.ANN_PRE_POPULATED: name}}})
+    elif action is ClaimAction.CONFLICT:
+        claim_error, pvc = Event(WARNING, names.EVENT_ERR_RESOURCE_EXISTS, conflict_message(pvc)), None
+    elif action is ClaimAction.DELETING:
+        claim_error = Event(WARNING, names.EVENT_ERR_RESOURCE_MARKED_FOR_DELETION, f"PVC {name} marked for deletion")
+        pvc = None
+    pod = None
+    if pvc is not None and action in (ClaimAction.CREATE, ClaimAction.OURS) and is_import_claim(pvc):
+        pvc, pod = _sync_importer(pvc, config=config, config_status=config_status, gates=gates)
+    storage_class = next((sc for sc in classes if meta(sc).get("name") == ((pvc or {}).get("spec") or {})
+                          .get("storageClassName")), None)
+    progress = scrape_progress(pod, owner_uid=meta(dv).get("uid", "")) if pod else None
+    update = dv_status(dv, pvc=pvc, storage_class=storage_class, claim_error=claim_error, progress=progress,
+                       honor_wait_for_first_consumer=names.GATE_HONOR_WFFC in gates, now=now())
+    if update.status != dv.get("status"):
+        k.patch(_cdi(names.DATAVOLUMES, namespace=namespace, name=name, subresource="status"),
+                {"status": update.status})
+    for event in update.events:
+        kopf.event(dv, type=event.type, reason=event.reason, message=event.message)
+
+
+def _sync_importer(pvc: Obj, *, config: Obj | None, config_status: Obj,
+                   gates: list[str]) -> tuple[Obj, Obj | None]:
+    """Create the importer pod when one is due, or mirror the existing one into the PVC; (PVC, pod)."""
+    k = kube()
+    namespace, claim = meta(pvc).get("namespace", ""), meta(pvc).get("name", "")
+    pvc_path = _core("persistentvolumeclaims", namespace=namespace, name=claim)
+    pod_path = _core("pods", namespace=namespace, name=pod_name(pvc))
+    pod = k.get(pod_path)
+    if pod is None:
+        if not wants_importer_pod(pvc, honor_wait_for_first_consumer=names.GATE_HONOR_WFFC in gates):
+            return pvc, None
+        if names.ANN_IMPORT_POD_NAME not in annotations(pvc):
+            pvc = k.patch(pvc_path, {"metadata": {"annotations": {names.ANN_IMPORT_POD_NAME: pod_name(pvc)}}}) or pvc
+        insecure = ((config or {}).get("spec") or {}).get("insecureRegistries") or []
+        body = importer_pod(pvc, image=_settings.image, cdi_config_status=config_status,
+                            pull_policy=_settings.pull_policy, insecure_registries=insecure)
+        pod = k.create(_core("pods", namespace=namespace), body) or k.get(pod_path)
+        return pvc, pod
+    update = claim_update(pvc, pod, max_restarts=max_restarts(config, pvc))
+    current = annotations(pvc)
+    changed = {k_: v for k_, v in update.annotations.items() if current.get(k_) != v}
+    if changed or update.labels:
+        patch: Obj = {"metadata": {"annotations": changed}}
+        if update.labels:
+            patch["metadata"]["labels"] = update.labels
+        pvc = k.patch(pvc_path, patch) or pvc
+    for event in update.events:
+        kopf.event(pvc, type=event.type, reason=event.reason, message=event.message)
+    if update.delete_pod:
+        k.delete(pod_path)
+    return pvc, pod
+
+
+def _owning_datavolume(obj: Obj) -> str | None:
+    refs = meta(obj).get("ownerReferences") or []
+    return next((r.get("name") for r in refs if r.get("controller") and r.get("kind") == names.DATAVOLUME), None)
+
+
+@kopf.on.event(names.GROUP, names.VERSION, names.DATAVOLUMES)
+def datavolume_changed(type: str | None, name: str, namespace: str, **_: Any) -> None:
+    if type != "DELETED":
+        reconcile_datavolume(namespace, name)
+
+
+@kopf.on.event("", "v1", "persistentvolumeclaims", labels={names.LABEL_APP: names.APP})
+def claim_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
+    owner = _owning_datavolume(dict(body))
+    if owner:
+        reconcile_datavolume(namespace, owner)
+
+
+@kopf.on.event("", "v1", "pods", labels={names.LABEL_CDI_COMPONENT: names.IMPORTER_COMPONENT})
+def importer_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
+    # The importer pod belongs to the PVC, and the PVC has its DataVolume's name (legacy path).
+    refs = meta(dict(body)).get("ownerReferences") or []
+    claim = next((r.get("name") for r in refs if r.get("kind") == "PersistentVolumeClaim"), None)
+    if claim:
+        reconcile_datavolume(namespace, claim)
+
+
+async def _poll_progress() -> None:
+    """Progress is a metric, not an object: re-reconcile running imports every two seconds."""
+    while True:
+        await asyncio.sleep(PROGRESS_INTERVAL)
+        try:
+            running = [dv for dv in await asyncio.to_thread(kube().list, _cdi(names.DATAVOLUMES))
+                       if (dv.get("status") or {}).get("phase") == names.IMPORT_IN_PROGRESS]
+            for dv in running:
+                await asyncio.to_thread(reconcile_datavolume, meta(dv)["namespace"], meta(dv)["name"])
+        except Exception:  # a failed round must not end progress reporting for good
+            log.exception("progress round failed")
+
+
+# --- Admission ---------------------------------------------------------------------------------------------
+
+
+@kopf.on.validate(names.GROUP, names.VERSION, names.DATAVOLUMES, id="datavolume-validate",
+                  operations=["CREATE", "UPDATE"])
+def validate(body: kopf.Body, old: kopf.Body | None, operation: str, **_: Any) -> None:
+    dv = dict(body)
+    existing = None
+    if operation == "CREATE" and meta(dv).get("name"):
+        existing = kube().get(_core("persistentvolumeclaims", namespace=meta(dv).get("namespace"),
+                                    name=meta(dv)["name"]))
+    try:
+        validate_datavolume(dv, old=dict(old) if operation == "UPDATE" and old else None, existing_pvc=existing,
+                            feature_gates=_gates(_config()))
+    except Invalid as error:
+        raise kopf.AdmissionError(error.message, code=422) from None
+
+
+# --- CDI, CDIConfig, StorageProfiles -----------------------------------------------------------------------
+
+
+def reconcile_cluster_config() -> None:
+    """Exactly one CDI CR, ``CDIConfig/config`` with a full status, and a StorageProfile per StorageClass."""
+    k = kube()
+    if not k.list(_cdi(names.CDIS)):
+        k.create(_cdi(names.CDIS), {"apiVersion": names.API_VERSION, "kind": names.CDI, "metadata": {"name": "cdi"},
+                                    "spec": {"config": {"featureGates": _settings.default_gates}}})
+    for cdi in k.list(_cdi(names.CDIS)):
+        if (cdi.get("status") or {}).get("phase") != "Deployed":
+            k.patch(_cdi(names.CDIS, name=meta(cdi)["name"], subresource="status"), {"status": {"phase": "Deployed"}})
+    config = _config()
+    if config is None:
+        cdi_spec = (next(iter(k.list(_cdi(names.CDIS))), {}).get("spec") or {})
+        config = k.create(_cdi(names.CDICONFIGS), {
+            "apiVersion": names.API_VERSION, "kind": names.CDICONFIG, "metadata": {"name": names.CDICONFIG_NAME},
+            "spec": cdi_spec.get("config") or {}}) or _config()
+    classes = _storage_classes()
+    status = cdi_config_status(config, storage_classes=classes, upload_proxy_url=_settings.upload_proxy_url)
+    if (config or {}).get("status") != status:
+        k.patch(_cdi(names.CDICONFIGS, name=names.CDICONFIG_NAME, subresource="status"), {"status": status})
+    profiles = {meta(p)["name"]: p for p in k.list(_cdi(names.STORAGEPROFILES))}
+    for sc in classes:
+        existing = profiles.pop(meta(sc)["name"], None)
+        desired = storage_profile(sc, existing=existing)
+        if existing is None:
+            k.create(_cdi(names.STORAGEPROFILES), {key: v for key, v in desired.items() if key != "status"})
+        if (existing or {}).get("status") != desired["status"]:
+            k.patch(_cdi(names.STORAGEPROFILES, name=meta(sc)["name"], subresource="status"),
+                    {"status": desired["status"]})
+    for orphan in profiles:  # its StorageClass is gone
+        k.delete(_cdi(names.STORAGEPROFILES, name=orphan))
+
+
+@kopf.on.event("storage.k8s.io", "v1", "storageclasses")
+def storage_class_changed(**_: Any) -> None:
+    reconcile_cluster_config()
+
+
+@kopf.on.event(names.GROUP, names.VERSION, names.CDICONFIGS)
+def config_changed(**_: Any) -> None:
+    reconcile_cluster_config()
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    global _settings
+    _settings = Settings.from_env()
+    settings.posting.level = logging.INFO
+    port = os.environ.get(names.ENV_WEBHOOK_PORT)
+    if port:
+        settings.admission.server = kopf.WebhookServer(
+            addr="0.0.0.0", port=int(port), host=os.environ.get(names.ENV_WEBHOOK_HOST) or None,  # noqa: S104
+            certfile=os.environ.get(names.ENV_WEBHOOK_CERT) or None,
+            pkeyfile=os.environ.get(names.ENV_WEBHOOK_KEY) or None)
+        settings.admission.managed = "datavolume-validate.cdi.kubevirt.io"
+    await asyncio.to_thread(reconcile_cluster_config)
+    memo["progress"] = asyncio.create_task(_poll_progress())
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    task = memo.get("progress")
+    if task is not None:
+        task.cancel()
+
+
+def main() -> None:
+    """``cdi-controller``: watch the whole cluster; one controller at a time, no peering objects needed."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    kopf.run(clusterwide=True, standalone=True)
+
