@@ -1,0 +1,145 @@
+"""How the benchmark measures: wall time with the page cache flushed, peak memory per process, data blocks."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+BLOCK = 4096
+_ZERO_BLOCK = bytes(BLOCK)
+
+
+def sh(cmd: str) -> None:
+    """One shell pipeline; pipefail so a failing curl is not hidden by the decompressor after it."""
+    subprocess.run(["bash", "-c", f"set -o pipefail; {cmd}"], check=True, stdout=subprocess.DEVNULL)
+
+
+def medians(variants: dict[str, Callable[[], None]], *, setup: Callable[[], None], runs: int) -> dict[str, float]:
+    """Median seconds of each variant, including the final sync (CDI's pipeline ends with one).
+
+    The variants take turns run by run, so a burst of load from other work on the machine spreads over all
+    of them instead of spoiling one; the page cache cannot be dropped, so each starts after a sync.
+    """
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(runs):
+        for name, run in variants.items():
+            setup()
+            os.sync()
+            start = time.monotonic()
+            run()
+            os.sync()
+            times[name].append(time.monotonic() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+@dataclass
+class PeakRss:
+    own: int  # bytes: the command's own process
+    children: dict[str, int]  # bytes: the highest peak among its descendants, by command name
+    tree_max: int  # bytes: the kernel's figure for the largest process of the tree (wait4), a check on polling
+
+
+def _hwm(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass  # exited between listing and reading
+    return 0
+
+
+def _descendants(pid: int) -> list[int]:
+    """Children of every thread, recursively: the importer starts qemu-img from a worker thread."""
+    found: list[int] = []
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            children = [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+        for child in children:
+            found += [child, *_descendants(child)]
+    return found
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def peak_rss(cmd: Sequence[str]) -> PeakRss:
+    """Run ``cmd`` and follow each process's VmHWM (the kernel's own high-water mark) while it lives.
+
+    getrusage and wait4 fold a reaped child's peak into its parent's, so only polling /proc tells the
+    importer's own memory apart from qemu-img's.
+    """
+    process = subprocess.Popen(list(cmd), stdout=subprocess.DEVNULL)
+    own = 0
+    seen: dict[int, tuple[str, int]] = {}  # pid: (command name, its peak)
+    while True:
+        own = max(own, _hwm(process.pid))
+        for child in _descendants(process.pid):
+            name, hwm = _comm(child), _hwm(child)
+            if not hwm:
+                continue  # gone before we could read it
+            # exec starts a new high-water mark under a new name: a fork of the importer that became
+            # qemu-img counts as qemu-img only
+            last_name, last_hwm = seen.get(child, (name, 0))
+            seen[child] = (name, max(hwm, last_hwm) if name == last_name else hwm)
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            break
+        time.sleep(0.01)
+    children: dict[str, int] = {}
+    for name, hwm in seen.values():
+        children[name] = max(children.get(name, 0), hwm)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode:
+        raise subprocess.CalledProcessError(process.returncode, list(cmd))
+    return PeakRss(own=own, children=children, tree_max=usage.ru_maxrss * 1024)
+
+
+def _nonzero(chunk: memoryview) -> int:
+    blocks = (chunk[at : at + BLOCK] for at in range(0, len(chunk), BLOCK))
+    return sum(len(block) for block in blocks if block != _ZERO_BLOCK[: len(block)])
+
+
+def data_bytes(path: Path) -> tuple[int, int]:
+    """(allocated bytes, bytes in 4 KiB blocks that are not all zero) of a file.
+
+    Only the extents SEEK_DATA reports are read: a hole holds no data by definition, and skipping them
+    keeps this fast on a mostly empty 4 GiB disk.
+    """
+    nonzero = 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        allocated = os.fstat(fd).st_blocks * 512
+        offset = 0
+        while offset < size:
+            try:
+                start = os.lseek(fd, offset, os.SEEK_DATA)
+            except OSError:
+                break  # ENXIO: only a hole is left
+            end = os.lseek(fd, start, os.SEEK_HOLE)
+            os.lseek(fd, start, os.SEEK_SET)
+            left = end - start
+            while left > 0:
+                chunk = memoryview(os.read(fd, min(left, 8 << 20)))
+                nonzero += _nonzero(chunk)
+                left -= len(chunk)
+            offset = end
+    finally:
+        os.close(fd)
+    return allocated, nonzero

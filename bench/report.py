@@ -1,0 +1,39 @@
+"""Figures with their goals, printed as one Markdown table and written as JSON."""
+
+from __future__ import annotations
+
+import json
+import operator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+_COMPARE = {"≤": operator.le, "≥": operator.ge}
+
+
+@dataclass
+class Figure:
+    case: str
+    figure: str
+    value: float
+    unit: str = ""
+    goal: str = ""  # "≤ 0.5" or "≥ 0.9"; empty for figures shown only to explain the ratios
+
+    @property
+    def passed(self) -> bool | None:
+        if not self.goal:
+            return None
+        sign, bound = self.goal.split()
+        return bool(_COMPARE[sign](self.value, float(bound)))
+
+
+def markdown(figures: list[Figure]) -> str:
+    lines = ["| case | figure | value | goal | result |", "|---|---|---|---|---|"]
+    for f in figures:
+        cells = [f.case, f.figure, f"{f.value:g} {f.unit}".strip(), f.goal,
+                 {None: "", True: "pass", False: "**miss**"}[f.passed]]
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(lines)
+
+
+def write_json(figures: list[Figure], path: Path) -> None:
+    path.write_text(json.dumps([{**asdict(f), "passed": f.passed} for f in figures], indent=1, ensure_ascii=False))
