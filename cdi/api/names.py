@@ -152,8 +152,9 @@ ANN_MINIMUM_PVC_SIZE = _A + "minimumSupportedPvcSize"
 ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
 ANN_DEFAULT_VIRT_CLASS = "storageclass.kubevirt.io/is-default-virt-class"
 ANN_DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
-# Ours, beyond CDI (documented in the README of the controller): per-DV overrides of CDIConfig.
-ANN_POD_RESOURCES = _A + "storage.pod.resources"  # JSON ResourceRequirements for the importer container
+# Ours, beyond CDI: per-DV overrides of CDIConfig, set on the DataVolume (copied to its PVC like every DV
+# annotation); the retry limit may also be set on CDIConfig/config itself.
+ANN_POD_RESOURCES = _A + "storage.pod.resources"  # JSON {"limits": {...}, "requests": {...}}, per resource
 ANN_MAX_RESTARTS = _A + "storage.import.maxRestarts"  # transient failures tolerated before the DV fails
 DEFAULT_MAX_RESTARTS = 5
 

@@ -7,6 +7,7 @@ same view, so the webhook and the controller never disagree about what a spec sa
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -98,3 +99,17 @@ def is_controlled_by(obj: Obj, *, kind: str, uid: str | None = None) -> bool:
         if ref.get("controller") and ref.get("kind") == kind and (uid is None or ref.get("uid") == uid):
             return True
     return False
+
+
+def pod_resource_override(text: str) -> Obj:
+    """The worker-pod resources a DataVolume asks for: ``{"limits": {...}, "requests": {...}}`` of quantities."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise ValueError(f"not JSON: {text!r}") from None
+    if not isinstance(value, dict) or set(value) - {"limits", "requests"}:
+        raise ValueError('expected an object with "limits" and/or "requests"')
+    for part in value.values():
+        if not isinstance(part, dict) or not all(isinstance(q, str) and is_quantity(q) for q in part.values()):
+            raise ValueError("limits and requests map resource names to quantities such as \"2\" or \"1Gi\"")
+    return value

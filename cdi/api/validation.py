@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from cdi.api import names
 from cdi.api.spec import (
     MIB, QUANTITY_PATTERN, Obj, annotations, external_population_ref, is_clone, is_controlled_by,
-    is_quantity, meta, quantity_bytes, requested_size, source_kinds, spec_of, target,
+    is_quantity, meta, pod_resource_override, quantity_bytes, requested_size, source_kinds, spec_of, target,
 )
 from importer.checksum import Expected
 from importer.errors import ImportFailed
@@ -44,6 +44,7 @@ def validate_datavolume(
     ``existing_pvc`` is the PVC with the DataVolume's name in its namespace, if there is one at create time.
     """
     _check_schema(dv)
+    _check_our_annotations(annotations(dv))
     spec = spec_of(dv)
     if old is not None:
         _check_update(spec, spec_of(old))
@@ -59,7 +60,7 @@ def _check_schema(dv: Obj) -> None:
         raise Invalid("metadata.name: Required value: name or generateName is required")
     if len(metadata.get("name") or "") > MAX_NAME:
         raise Invalid("Name cannot be longer than 253 characters")
-    if not dv.get("spec"):
+    if dv.get("spec") is None:
         raise Invalid('spec: Required value: missing required field "spec"')
     spec = spec_of(dv)
     for kind, fields in _SCHEMA_REQUIRED.items():
@@ -72,6 +73,19 @@ def _check_schema(dv: Obj) -> None:
         if size is not None and not is_quantity(size):
             raise Invalid(f'spec.{field}.resources.requests.storage: Invalid value: "{size}": '
                           f"quantities must match the regular expression '{QUANTITY_PATTERN}'")
+
+
+def _check_our_annotations(dv_annotations: dict[str, str]) -> None:
+    """The per-DataVolume overrides we add to CDI's API are checked here, not found broken by the controller."""
+    restarts = dv_annotations.get(names.ANN_MAX_RESTARTS)
+    if restarts is not None and not restarts.strip().isdigit():
+        raise Invalid(f"annotation {names.ANN_MAX_RESTARTS} must be a whole number, not {restarts!r}")
+    resources = dv_annotations.get(names.ANN_POD_RESOURCES)
+    if resources is not None:
+        try:
+            pod_resource_override(resources)
+        except ValueError as error:
+            raise Invalid(f"annotation {names.ANN_POD_RESOURCES}: {error}") from None
 
 
 def _check_spec(spec: Obj) -> None:
@@ -95,7 +109,10 @@ def _check_size(target_spec: Obj, *, label: str) -> None:
         if "resources" not in target_spec:
             raise Invalid(f"{label} size is missing: resources.requests.storage is required")
         raise Invalid(f"{label} size is missing")
-    size_bytes = quantity_bytes(size)
+    try:
+        size_bytes = quantity_bytes(size)
+    except ImportFailed as error:
+        raise Invalid(f"{label} size {size!r} is not a byte count: {error.message}") from None
     if size_bytes <= 0:
         raise Invalid(f"{label} size can't be equal or less than zero")
     if size_bytes < MIB:

@@ -7,11 +7,10 @@ StorageClass, and reads access modes from StorageProfiles (cdi-facts §5.9, §5.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Iterable
 
 from cdi.api import names
-from cdi.api.spec import Obj, annotations, meta
+from cdi.api.spec import Obj, annotations, meta, pod_resource_override
 
 # Built-in claim property sets by provisioner (§5.10); ours first: the embedded local cluster's provisioner.
 _RWO, _RWX = "ReadWriteOnce", "ReadWriteMany"
@@ -71,10 +70,12 @@ def filesystem_overhead(config_status: Obj, storage_class: str | None) -> str:
 def pod_resources(config_status: Obj, pvc: Obj) -> Obj:
     """The importer container's resources: CDIConfig's defaults, replaced per resource by the PVC annotation."""
     defaults = config_status.get("defaultPodResourceRequirements") or names.DEFAULT_POD_RESOURCES
-    override = annotations(pvc).get(names.ANN_POD_RESOURCES)
-    if not override:
-        return copy.deepcopy(defaults)
-    return _merged_resources(defaults, json.loads(override))
+    try:
+        # Admission checked the DataVolume's value; a PVC edited by hand afterwards falls back to the defaults.
+        override = pod_resource_override(annotations(pvc).get(names.ANN_POD_RESOURCES) or "{}")
+    except ValueError:
+        override = {}
+    return _merged_resources(defaults, override)
 
 
 def max_restarts(config: Obj | None, pvc: Obj) -> int:

@@ -230,3 +230,33 @@ def test_existing_claim(dv_annotations, pvc, gates, expected):
     dv["metadata"]["annotations"] = dv_annotations
     message = rejection(dv, existing_pvc=pvc, feature_gates=gates)
     assert (message is None) if expected is None else (message is not None and expected in message)
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    (names.ANN_MAX_RESTARTS, "3", None),
+    (names.ANN_MAX_RESTARTS, "-1", "must be a whole number"),
+    (names.ANN_POD_RESOURCES, '{"limits": {"memory": "2Gi", "cpu": "2"}}', None),
+    (names.ANN_POD_RESOURCES, "{limits", "not JSON"),
+    (names.ANN_POD_RESOURCES, '{"limit": {}}', 'expected an object with "limits" and/or "requests"'),
+    (names.ANN_POD_RESOURCES, '{"requests": {"memory": "lots"}}', "map resource names to quantities"),
+])
+def test_our_annotations_are_checked(key, value, expected):
+    dv = load("accept-http-pvc.yaml")
+    dv["metadata"]["annotations"] = {key: value}
+    message = rejection(dv)
+    assert (message is None) if expected is None else (message is not None and expected in message)
+    if expected is not None:
+        assert rejection(dv, old=load("accept-http-pvc.yaml")) == message  # also on update
+
+
+def test_size_that_is_not_a_byte_count():
+    dv = load("accept-http-pvc.yaml")
+    dv["metadata"]["name"] = "milli"
+    dv["spec"]["pvc"]["resources"]["requests"]["storage"] = "500m"
+    assert "PVC size '500m' is not a byte count" in rejection(dv)
+
+
+def test_empty_spec_is_present_but_has_no_target():
+    dv = load("accept-http-pvc.yaml")
+    dv["spec"] = {}
+    assert rejection(dv) == "Missing Data volume PVC"

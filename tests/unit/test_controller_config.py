@@ -108,3 +108,9 @@ def test_newest_default_wins_then_lower_name():
                marked("new-b", names.ANN_DEFAULT_CLASS, "2026-06-01T00:00:00Z"),
                marked("new-a", names.ANN_DEFAULT_CLASS, "2026-06-01T00:00:00Z")]
     assert default_storage_class(classes, content_type="kubevirt")["metadata"]["name"] == "new-a"
+
+
+def test_pod_resources_edited_into_nonsense_on_the_pvc_fall_back_to_defaults():
+    status = cdi_config_status(None, storage_classes=[])
+    pvc = {"metadata": {"annotations": {names.ANN_POD_RESOURCES: "not json"}}}
+    assert pod_resources(status, pvc) == names.DEFAULT_POD_RESOURCES
