@@ -78,7 +78,9 @@ def _terminated(pvc: Obj, terminated: Obj, update: ClaimUpdate, *, failures: int
     before = annotations(pvc)
     exit_code = int(terminated.get("exitCode") or 0)
     result = contract.parse_termination(exit_code, terminated.get("message") or "")
-    if exit_code == 0:
+    # CDI's own importer reports a checksum mismatch with exit code 0 (cdi-facts §3.10): a failure all the same.
+    cdi_checksum_failure = exit_code == 0 and "checksum mismatch" in result.message.lower()
+    if exit_code == 0 and not cdi_checksum_failure:
         if result.preallocation_applied:
             update.annotations[names.ANN_PREALLOCATION_APPLIED] = "true"
         existing = labels(pvc)
@@ -88,13 +90,13 @@ def _terminated(pvc: Obj, terminated: Obj, update: ClaimUpdate, *, failures: int
     if result.reason is Reason.TargetTooSmall or any(hint in message for hint in _TOO_SMALL_HINTS):
         message = names.MESSAGE_TOO_SMALL
     reason = names.REASON_IMAGE_PULL_FAILED if "failed to pull image" in message else names.REASON_ERROR
-    if result.permanent or failures > max_restarts:
+    if result.permanent or cdi_checksum_failure or failures > max_restarts:
         update.annotations[names.ANN_FATAL_ERROR] = "true"
         update.annotations[names.ANN_POD_PHASE] = names.FAILED
         update.delete_pod = True
-        if result.reason is Reason.ChecksumMismatch:
+        if result.reason is Reason.ChecksumMismatch or cdi_checksum_failure:
             reason = names.REASON_CHECKSUM_ERROR
-        if not result.permanent:
+        elif not result.permanent:
             message = f"{message} (gave up after {failures} failed attempts)"
     if (before.get(names.ANN_RUNNING_CONDITION_MESSAGE) != message
             or before.get(names.ANN_POD_RESTARTS) != update.annotations[names.ANN_POD_RESTARTS]):
@@ -157,8 +159,9 @@ def dv_status(
         for kind, value in ((names.CONDITION_BOUND, bound), (names.CONDITION_READY, ready),
                             (names.CONDITION_RUNNING, running))
     ]
+    imported = pvc is not None and annotations(pvc).get(names.ANN_POD_PHASE) == names.SUCCEEDED
     events.extend(_events(old_phase, phase, old_conditions, bound=bound, running=running, ready=ready,
-                          claim=status.get("claimName", "")))
+                          claim=status.get("claimName", ""), imported=imported))
     return StatusUpdate(status, events)
 
 
@@ -245,7 +248,8 @@ def _condition(old: Obj | None, kind: str, value: tuple[str, str, str], *, now: 
 
 
 def _events(old_phase: str, phase: str, old_conditions: dict[str, Obj], *, bound: tuple[str, str, str],
-            running: tuple[str, str, str], ready: tuple[str, str, str], claim: str) -> list[Event]:
+            running: tuple[str, str, str], ready: tuple[str, str, str], claim: str,
+            imported: bool) -> list[Event]:
     events = []
     old_bound = old_conditions.get(names.CONDITION_BOUND) or {}
     if (old_bound.get("status"), old_bound.get("reason")) != bound[:2] and bound[1]:
@@ -258,7 +262,7 @@ def _events(old_phase: str, phase: str, old_conditions: dict[str, Obj], *, bound
         }
         if phase in by_phase and claim:
             events.append(Event(*by_phase[phase]))
-        if phase == names.SUCCEEDED and old_phase in _IMPORT_PHASES + (names.PVC_BOUND,):
+        if phase == names.SUCCEEDED and imported:
             events.append(Event(NORMAL, names.EVENT_IMPORT_SUCCEEDED, f"Successfully imported into PVC {claim}"))
     old_running = old_conditions.get(names.CONDITION_RUNNING) or {}
     if (running[0] == "False" and running[2] and running[2] != old_running.get("message")

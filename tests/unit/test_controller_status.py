@@ -334,3 +334,26 @@ def test_progress_format(scraped, shown):
     dv.bind()
     dv.pod(pod("Running", running()))
     assert dv.status(progress=scraped)["progress"] == shown
+
+
+def test_cdis_exit_zero_checksum_mismatch_is_a_failure():
+    dv = Import()
+    dv.create_pvc()
+    dv.bind()
+    text = '{"message":"Unable to process data: sha256 checksum mismatch: expected 00, got 11"}'
+    dv.pod(pod("Succeeded", terminated(0, text)))
+    status = dv.status()
+    assert status["phase"] == "Failed"
+    assert conditions(status)["Running"] == ("False", "ChecksumError",
+                                             "Unable to process data: sha256 checksum mismatch: expected 00, got 11")
+    assert dv.pvc["metadata"]["annotations"][names.ANN_POD_PHASE] == "Failed" and dv.pod_deleted
+
+
+def test_an_import_finished_between_two_looks_still_announces_success():
+    dv = Import()
+    dv.create_pvc()
+    dv.status()
+    dv.bind()
+    dv.pod(pod("Succeeded", terminated(0, DONE)))
+    assert dv.status()["phase"] == "Succeeded"
+    assert Event("Normal", "ImportSucceeded", "Successfully imported into PVC root-disk") in dv.events
