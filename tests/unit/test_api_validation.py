@@ -63,6 +63,7 @@ TABLE = {
     "example-upload.yaml": ACCEPTED,
     "example-upload-block.yaml": ACCEPTED,
     "example-vddk-extra-args.yaml": ACCEPTED,
+    "example-vm-template-dv.yaml": ACCEPTED,
 }
 
 
@@ -260,3 +261,8 @@ def test_empty_spec_is_present_but_has_no_target():
     dv = load("accept-http-pvc.yaml")
     dv["spec"] = {}
     assert rejection(dv) == "Missing Data volume PVC"
+
+
+def test_vm_template_datavolume_adopts_an_existing_claim():
+    existing = {"metadata": {"name": "vm-root", "namespace": "vms"}}
+    assert rejection(load("example-vm-template-dv.yaml"), existing_pvc=existing) is None
