@@ -166,8 +166,6 @@ def _check_sources(spec: Obj) -> None:
         _check_imageio(source)
     elif kind == "vddk":
         _check_vddk(source)
-    elif kind in ("pvc", "snapshot") and not (source.get("name") and source.get("namespace")):
-        raise Invalid(f"spec.source.{kind.upper()} source {kind.upper()} is not valid")
 
 
 def _check_url(url: str) -> None:
