@@ -205,7 +205,7 @@ def _check_registry(source: Obj, *, content: str) -> None:
 
 def _check_imageio(source: Obj) -> None:
     _check_url(source.get("url") or "")
-    if not source.get("secretRef") or not source.get("diskId"):
+    if not source.get("secretRef"):  # url and diskId are the schema's to require
         raise Invalid("spec.source.Imageio source Imageio is not valid")
     if not source.get("certConfigMap") and not source.get("insecureSkipVerify"):
         raise Invalid("spec.source.Imageio source Imageio requires CertConfigMap or InsecureSkipVerify")
