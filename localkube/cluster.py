@@ -6,7 +6,7 @@ background thread, with a Node `localkube` and two StorageClasses, `local` (Imme
         cluster.kubeconfig, cluster.url
 
 `stop()` stops every pod process, unmounts every mount and detaches every loop device the cluster made, also
-after errors; the workdir keeps only the kubeconfig and the pods' logs are gone with the pods.
+after errors; volume files and pod logs go too (the objects lived in memory), the kubeconfig stays.
 """
 
 from __future__ import annotations

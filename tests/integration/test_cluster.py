@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import requests
 
-from localkube.cluster import Cluster
+from localkube.cluster import Cluster, ClusterUnavailable
 from localkube.storage import host_capabilities_missing
 from localkube.storage.hostvolumes import loops_of, mounts_under
 from tests.fixtures.localkube_api import KUBECTL
@@ -155,3 +155,27 @@ def test_workdir_left_by_a_killed_cluster_is_reclaimed(tmp_path: Path) -> None:
         for image in (workdir / "volumes").glob("*.img"):
             for device in loops_of(image):
                 subprocess.run(["losetup", "-d", device], check=False)
+
+
+
+def test_without_root_it_says_why_in_one_line(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("switching to an unprivileged user needs root")
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # the check as an unprivileged user sees it (the interpreter lives under /root: no exec)
+        try:
+            os.setegid(65534)
+            os.seteuid(65534)
+            try:
+                Cluster(tmp_path / "wd").start()
+                os.write(write_end, b"started")
+            except ClusterUnavailable as exc:
+                os.write(write_end, str(exc).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    message = os.read(read_end, 4096).decode()
+    os.close(read_end)
+    os.waitpid(child, 0)
+    assert message == "localkube volumes and pods need root (loop devices, mounts, mount namespaces)"
