@@ -66,7 +66,12 @@ async def mount(device: str, target: Path) -> None:
 
 
 async def unmount(target: Path) -> None:
-    await run("umount", str(target))
+    try:
+        await run("umount", str(target))
+    except HostError:
+        # Busy (a shell sits in it, a file is open): detach it from the tree now, the kernel frees it when
+        # the last user goes, and its loop device with it (detaching a busy loop device is deferred too).
+        await run("umount", "--lazy", str(target))
 
 
 def mounts_under(root: Path) -> list[Path]:

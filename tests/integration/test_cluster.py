@@ -32,6 +32,15 @@ def leftovers(workdir: Path) -> tuple[list[str], list[str]]:
     return mounts, loops
 
 
+def force_release(workdir: Path) -> None:
+    """What a failed test must not leave on the machine (a passing one leaves nothing to do here)."""
+    for point in mounts_under(workdir):
+        subprocess.run(["umount", "--lazy", str(point)], check=False)
+    for image in (workdir / "volumes").glob("*.img"):
+        for device in loops_of(image):
+            subprocess.run(["losetup", "-d", device], check=False)
+
+
 def alive(pid: int) -> bool:
     stat = Path(f"/proc/{pid}/stat")
     return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
@@ -150,11 +159,7 @@ def test_workdir_left_by_a_killed_cluster_is_reclaimed(tmp_path: Path) -> None:
     finally:
         server.kill()
         server.wait()
-        for point in mounts_under(workdir):  # only if the test failed before the cluster reclaimed them
-            subprocess.run(["umount", str(point)], check=False)
-        for image in (workdir / "volumes").glob("*.img"):
-            for device in loops_of(image):
-                subprocess.run(["losetup", "-d", device], check=False)
+        force_release(workdir)
 
 
 
@@ -179,3 +184,27 @@ def test_without_root_it_says_why_in_one_line(tmp_path: Path) -> None:
     os.close(read_end)
     os.waitpid(child, 0)
     assert message == "localkube volumes and pods need root (loop devices, mounts, mount namespaces)"
+
+
+def test_stop_unmounts_a_volume_someone_still_uses(tmp_path: Path) -> None:
+    missing = host_capabilities_missing()
+    if missing:
+        pytest.skip(missing)
+    workdir = tmp_path / "cluster"
+    held = None
+    try:
+        with Cluster(workdir) as cluster:
+            api = ClusterAPI(cluster.url)
+            api.create("/api/v1/namespaces/default/persistentvolumeclaims", pvc_manifest("fs"))
+            claim = wait_for(lambda: (lambda c: c if c and c["status"].get("phase") == "Bound" else None)(
+                api.get("/api/v1/namespaces/default/persistentvolumeclaims/fs")), what="bound")
+            pv = api.get(f"/api/v1/persistentvolumes/{claim['spec']['volumeName']}")
+            assert pv is not None
+            held = (Path(pv["spec"]["hostPath"]["path"]) / "held").open("w")  # a plain umount now fails: busy
+        assert leftovers(workdir)[0] == []
+        held.close()
+        wait_for(lambda: leftovers(workdir) == ([], []), what="loop device released with the last user")
+    finally:
+        if held is not None:
+            held.close()
+        force_release(workdir)
