@@ -10,7 +10,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from uploadproxy import token
 
-NOW = datetime.datetime.now(datetime.timezone.utc)
+def _now() -> datetime.datetime:
+    """Read at each use: a token minted at import time would expire before a long suite reaches it."""
+    return datetime.datetime.now(datetime.timezone.utc)
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +21,7 @@ def key() -> rsa.RSAPrivateKey:
 
 
 def test_token_carries_cdis_claims(key: rsa.RSAPrivateKey) -> None:
-    issued = token.issue(key, namespace="ns", name="disk", now=NOW)
+    issued = token.issue(key, namespace="ns", name="disk", now=_now())
     assert jwt.get_unverified_header(issued)["alg"] == "PS256"
     claims = jwt.decode(issued, options={"verify_signature": False})
     assert claims["exp"] - claims["iat"] == 300 and claims["nbf"] == claims["iat"]
@@ -31,8 +33,7 @@ def test_token_carries_cdis_claims(key: rsa.RSAPrivateKey) -> None:
 
 @pytest.mark.parametrize(("age_s", "valid"), [(305, True), (308, True), (312, False), (3600, False)])
 def test_expiry_with_cdis_ten_second_leeway(key: rsa.RSAPrivateKey, age_s: int, valid: bool) -> None:
-    now = datetime.datetime.now(datetime.timezone.utc)
-    issued = token.issue(key, namespace="ns", name="disk", now=now - datetime.timedelta(seconds=age_s))
+    issued = token.issue(key, namespace="ns", name="disk", now=_now() - datetime.timedelta(seconds=age_s))
     if valid:
         token.verify(issued, token.public_pem(key))
     else:
@@ -44,7 +45,7 @@ def test_expiry_with_cdis_ten_second_leeway(key: rsa.RSAPrivateKey, age_s: int, 
 def test_signature_issuer_and_algorithm_are_checked(key: rsa.RSAPrivateKey) -> None:
     public = token.public_pem(key)
     forged = token.issue(token.generate_key(), namespace="ns", name="disk")
-    other_issuer = jwt.encode({"iss": "someone", "exp": NOW + token.LIFETIME, "operation": "Upload", "name": "d",
+    other_issuer = jwt.encode({"iss": "someone", "exp": _now() + token.LIFETIME, "operation": "Upload", "name": "d",
                                "namespace": "ns", "resource": token.PVC_RESOURCE}, key, algorithm="PS256")
     # The classic confusion: an HMAC token keyed with the (public) verification key.
     hmac = jwt.api_jws.PyJWS().encode(b'{"iss":"cdi-apiserver","exp":9999999999}', b"x" * 32, algorithm="HS256")
