@@ -285,8 +285,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         settings.admission.server = kopf.WebhookServer(
             addr="0.0.0.0", port=int(port), host=os.environ.get(names.ENV_WEBHOOK_HOST) or None,  # noqa: S104
             certfile=os.environ.get(names.ENV_WEBHOOK_CERT) or None,
-            pkeyfile=os.environ.get(names.ENV_WEBHOOK_KEY) or None)
-        settings.admission.managed = "datavolume-validate.cdi.kubevirt.io"
+            pkeyfile=os.environ.get(names.ENV_WEBHOOK_KEY) or None,
+            cafile=os.environ.get(names.ENV_WEBHOOK_CA) or None)
+        settings.admission.managed = names.GROUP  # webhook datavolume-validate.cdi.kubevirt.io, as CDI names it
     await asyncio.to_thread(reconcile_cluster_config)
     memo["progress"] = asyncio.create_task(_poll_progress())
 
