@@ -6,29 +6,33 @@ local tools, against PVC objects held in memory (:class:`StaticBackend`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from cdi.api import names
 from uploadproxy import contract as c
 
-# PVC annotations the proxy reads (cdi-facts §2.1, §4.2). Kept here until cdi.api names them.
-PREFIX = "cdi.kubevirt.io/"
-UPLOAD_TARGET = PREFIX + "storage.upload.target"
-POD_PHASE = PREFIX + "storage.pod.phase"
-POD_READY = PREFIX + "storage.pod.ready"
-CONTENT_TYPE = PREFIX + "storage.contentType"
-PVC_PRIME = PREFIX + "storage.populator.pvcPrime"
-UPLOAD_POD_NAME = PREFIX + "storage.uploadPodName"
-UPLOAD_SOURCE_KIND = "VolumeUploadSource"
-
 PVC = dict[str, Any]
+
+
+class NoUploadServer(Exception):
+    """The PVC's upload server cannot be reached (yet): no pod, or no pod IP."""
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where an upload server listens, and the name its certificate must carry (None: the URL's host)."""
+
+    url: str  # base URL, no trailing slash
+    server_hostname: str | None = None
 
 
 class Backend(Protocol):
     def pvc(self, namespace: str, name: str) -> PVC | None:
         """The PVC as a JSON-shaped dict (metadata.annotations, spec.dataSourceRef), or None if it is absent."""
 
-    def upload_server_url(self, namespace: str, name: str) -> str:
-        """Base URL of the upload server of PVC ``namespace/name`` (no trailing slash)."""
+    def upload_server(self, namespace: str, name: str) -> Upstream:
+        """The upload server of PVC ``namespace/name``; raises NoUploadServer when there is none to reach."""
 
 
 def annotations(pvc: PVC) -> dict[str, str]:
@@ -45,12 +49,17 @@ class StaticBackend:
     def pvc(self, namespace: str, name: str) -> PVC | None:
         return self.pvcs.get((namespace, name))
 
-    def upload_server_url(self, namespace: str, name: str) -> str:
-        return self.urls[(namespace, name)]
+    def upload_server(self, namespace: str, name: str) -> Upstream:
+        return Upstream(self.urls[(namespace, name)])
 
 
 class KubernetesBackend:
-    """Reads PVCs with the official client; the upload server is reached through its headless Service."""
+    """Reads PVCs and pods with the official client.
+
+    The upload server is reached at its pod's IP, and its certificate is checked against its headless
+    Service's DNS name (the pod's ``service`` label): no cluster DNS needed, so the same code serves a real
+    cluster and ``cdi local`` (whose pods have loopback IPs and no Service DNS).
+    """
 
     def __init__(self) -> None:
         from kubernetes import client, config  # noqa: PLC0415 - only the in-cluster program pays for the import
@@ -61,18 +70,27 @@ class KubernetesBackend:
             config.load_kube_config()
         self._client = client.ApiClient()
         self._core = client.CoreV1Api(self._client)
-        self._not_found = client.ApiException
+        self._api_error = client.ApiException
 
-    def pvc(self, namespace: str, name: str) -> PVC | None:
+    def _read(self, read: Any, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            found = self._core.read_namespaced_persistent_volume_claim(name, namespace)
-        except self._not_found as error:
+            found = read(name, namespace)
+        except self._api_error as error:
             if error.status == 404:
                 return None
             raise
         return dict(self._client.sanitize_for_serialization(found))
 
-    def upload_server_url(self, namespace: str, name: str) -> str:
+    def pvc(self, namespace: str, name: str) -> PVC | None:
+        return self._read(self._core.read_namespaced_persistent_volume_claim, namespace, name)
+
+    def upload_server(self, namespace: str, name: str) -> Upstream:
         pvc = self.pvc(namespace, name) or {}
-        service = annotations(pvc).get(UPLOAD_POD_NAME) or c.upload_pod_name(name)
-        return f"https://{service}.{namespace}.svc:{c.DEFAULT_PORT}"
+        pod_name = annotations(pvc).get(names.ANN_UPLOAD_POD_NAME) or c.upload_pod_name(name)
+        pod = self._read(self._core.read_namespaced_pod, namespace, pod_name)
+        ip = ((pod or {}).get("status") or {}).get("podIP")
+        if not ip:
+            raise NoUploadServer(f"upload pod {namespace}/{pod_name} has no IP")
+        service = ((pod or {}).get("metadata") or {}).get("labels", {}).get(names.LABEL_SERVICE) or pod_name
+        host = f"[{ip}]" if ":" in ip else ip
+        return Upstream(f"https://{host}:{c.DEFAULT_PORT}", server_hostname=f"{service}.{namespace}.svc")

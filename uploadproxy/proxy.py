@@ -19,6 +19,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from cdi.api import names
 from uploadproxy import backend as b
 from uploadproxy import contract as c
 from uploadproxy import tls
@@ -92,8 +93,11 @@ class UploadProxy:
         elif content_type not in ("", "kubevirt"):
             return _text(503, f"rejecting upload request for PVC {grant.name} - upload content-type "
                               f"{content_type} is invalid")
-        base = await loop.run_in_executor(None, self.backend.upload_server_url, grant.namespace, name)
-        return await self._forward(request, f"{base}/{version}/{endpoint}")
+        try:
+            upstream = await loop.run_in_executor(None, self.backend.upload_server, grant.namespace, name)
+        except b.NoUploadServer as error:
+            return _text(503, str(error))
+        return await self._forward(request, f"{upstream.url}/{version}/{endpoint}", upstream.server_hostname)
 
     async def _wait_ready(self, namespace: str, name: str) -> tuple[str, str]:
         """The name of the PVC that receives the data (PVC' with populators) and its content type."""
@@ -104,24 +108,24 @@ class UploadProxy:
             if pvc is None:
                 raise NotReady(f"rejecting Upload Request for PVC {name} that doesn't exist")
             target, ready = name, False
-            if ((pvc.get("spec") or {}).get("dataSourceRef") or {}).get("kind") == b.UPLOAD_SOURCE_KIND:
-                prime = b.annotations(pvc).get(b.PVC_PRIME, "")
+            if ((pvc.get("spec") or {}).get("dataSourceRef") or {}).get("kind") == names.VOLUME_UPLOAD_SOURCE:
+                prime = b.annotations(pvc).get(names.ANN_PVC_PRIME, "")
                 pvc = await loop.run_in_executor(None, self.backend.pvc, namespace, prime) if prime else None
                 target = prime
             if pvc is not None:
                 notes = b.annotations(pvc)
-                if b.UPLOAD_TARGET not in notes:
+                if names.ANN_UPLOAD_TARGET not in notes:
                     raise NotReady(f"PVC {name} is not an upload target")
-                if notes.get(b.POD_PHASE) == "Succeeded":
+                if notes.get(names.ANN_POD_PHASE) == names.SUCCEEDED:
                     raise NotReady(f"rejecting Upload Request for PVC {name} that already finished uploading")
-                ready = notes.get(b.POD_READY, "").lower() == "true"
+                ready = notes.get(names.ANN_POD_READY, "").lower() == "true"
                 if ready:
-                    return target, notes.get(b.CONTENT_TYPE, "")
+                    return target, notes.get(names.ANN_CONTENT_TYPE, "")
             if loop.time() >= deadline:
                 raise NotReady(f"timed out waiting for the upload pod of PVC {name} to be ready")
             await asyncio.sleep(self.poll_interval)
 
-    async def _forward(self, request: web.Request, url: str) -> web.StreamResponse:
+    async def _forward(self, request: web.Request, url: str, server_hostname: str | None) -> web.StreamResponse:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=_DAY, sock_read=_DAY),
@@ -131,8 +135,8 @@ class UploadProxy:
         headers.setdefault("User-Agent", "")
         body = request.content if request.can_read_body else None
         try:
-            async with self._session.request(request.method, url, headers=headers, data=body,
-                                             allow_redirects=False) as upstream:
+            async with self._session.request(request.method, url, headers=headers, data=body, allow_redirects=False,
+                                             server_hostname=server_hostname) as upstream:
                 response = web.StreamResponse(status=upstream.status, headers={
                     k: v for k, v in upstream.headers.items() if k.lower() not in _HOP | {"content-length"}})
                 if upstream.content_length is not None:

@@ -12,6 +12,7 @@ GROUP = "cdi.kubevirt.io"
 VERSION = "v1beta1"
 API_VERSION = f"{GROUP}/{VERSION}"
 UPLOAD_GROUP = "upload.cdi.kubevirt.io"
+UPLOAD_API_VERSION = f"{UPLOAD_GROUP}/{VERSION}"
 
 # Kinds and plurals (§1.1).
 DATAVOLUME = "DataVolume"
@@ -30,6 +31,10 @@ VOLUME_IMPORT_SOURCE = "VolumeImportSource"
 VOLUME_UPLOAD_SOURCE = "VolumeUploadSource"
 VOLUME_CLONE_SOURCE = "VolumeCloneSource"
 CDICONFIG_NAME = "config"  # the singleton KubeVirt reads (§9.1)
+# The aggregated upload API (§4.4): nothing is stored, a create answers with status.token.
+UPLOAD_TOKEN_REQUEST = "UploadTokenRequest"
+UPLOAD_TOKEN_REQUESTS = "uploadtokenrequests"
+UPLOAD_APISERVICE = f"{VERSION}.{UPLOAD_GROUP}"
 
 # DataVolume phases (§1.7), exact strings.
 PHASE_UNSET = ""
@@ -85,6 +90,10 @@ EVENT_IMPORT_SCHEDULED = "ImportScheduled"
 EVENT_IMPORT_IN_PROGRESS = "ImportInProgress"
 EVENT_IMPORT_FAILED = "ImportFailed"
 EVENT_IMPORT_SUCCEEDED = "ImportSucceeded"
+EVENT_UPLOAD_SCHEDULED = "UploadScheduled"
+EVENT_UPLOAD_READY = "UploadReady"
+EVENT_UPLOAD_FAILED = "UploadFailed"
+EVENT_UPLOAD_SUCCEEDED = "UploadSucceeded"
 EVENT_ERR_CLAIM_LOST = "ErrClaimLost"
 EVENT_ERR_RESOURCE_EXISTS = "ErrResourceExists"
 EVENT_ERR_RESOURCE_MARKED_FOR_DELETION = "ErrResourceMarkedForDeletion"
@@ -94,6 +103,7 @@ EVENT_ERR_EXCEEDED_QUOTA = "ErrExceededQuota"
 EVENT_ERR_IMPORT_FAILED = "ErrImportFailed"
 EVENT_PVC_IMPORT_SUCCEEDED = "ImportSucceeded"
 EVENT_IMPORT_TARGET_IN_USE = "ImportTargetInUse"
+EVENT_PVC_UPLOAD_SUCCEEDED = "UploadSucceeded"  # message "Upload Successful"
 EVENT_ERR_STARTING_POD = "ErrStartingPod"
 
 # Annotations (§2.1). Keys are literal; the prefix only saves typing.
@@ -148,6 +158,8 @@ ANN_CREATED_FOR_DATAVOLUME = _A + "createdForDataVolume"
 ANN_OWNED_BY_DATAVOLUME = _A + "ownedByDataVolume"
 ANN_EXTERNAL_POPULATION = _A + "externalPopulation"
 ANN_CREATED_BY_CONTROLLER = _A + "storage.createdByController"
+ANN_CREATED_BY_UPLOAD_CONTROLLER = _A + "storage.createdByUploadController"
+ANN_OPEN_DEFAULT_PORTS = "k8s.ovn.org/open-default-ports"
 ANN_MINIMUM_PVC_SIZE = _A + "minimumSupportedPvcSize"
 ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
 ANN_DEFAULT_VIRT_CLASS = "storageclass.kubevirt.io/is-default-virt-class"
@@ -170,6 +182,9 @@ LABEL_APP = "app"
 APP = "containerized-data-importer"
 LABEL_CDI_COMPONENT = GROUP
 IMPORTER_COMPONENT = "importer"
+UPLOAD_SERVER_COMPONENT = "cdi-upload-server"
+LABEL_SERVICE = "service"  # upload pod label its headless Service selects on
+LABEL_UPLOAD_TARGET = _A + "uploadTarget"  # upload pod label: the PVC's UID
 LABEL_PROMETHEUS = "prometheus.cdi.kubevirt.io"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "cdi-controller"
@@ -178,6 +193,9 @@ COMPONENT_STORAGE = "storage"
 LABEL_FILLING_UP_ALERT = "alerts.k8s.io/KubePersistentVolumeFillingUp"
 LABEL_APPLY_STORAGE_PROFILE = _A + "applyStorageProfile"
 
+# Upload server pod (§4.5).
+UPLOAD_CONTAINER = "cdi-upload-server"
+UPLOAD_TLS_VOLUME_NAME = "tls-config"
 # Importer pod (§3.1).
 IMPORTER_CONTAINER = "importer"
 DATA_VOLUME_NAME = "cdi-data-vol"
@@ -201,6 +219,12 @@ VOLUME_MODE_FROM_STORAGE_PROFILE = "FromStorageProfile"
 # The controller's own env (cdi-facts §5.1; the URL and webhook settings are ours). IMPORTER_IMAGE is the
 # controller's setting, not part of the importer's env contract.
 ENV_IMPORTER_IMAGE = "IMPORTER_IMAGE"
+ENV_UPLOADSERVER_IMAGE = "UPLOADSERVER_IMAGE"
+# Ours: where the controller finds the upload signers (PEM files: the CA that signs upload servers'
+# certificates, with its key, and the CA bundle whose client certificates upload servers accept).
+ENV_UPLOAD_SERVER_CA_CERT = "CDI_UPLOADSERVER_CA_CERT"
+ENV_UPLOAD_SERVER_CA_KEY = "CDI_UPLOADSERVER_CA_KEY"
+ENV_UPLOAD_CLIENT_CA = "CDI_UPLOADSERVER_CLIENT_CA"
 ENV_PULL_POLICY = "PULL_POLICY"
 ENV_UPLOADPROXY_URL = "UPLOADPROXY_URL"
 ENV_WEBHOOK_PORT = "CDI_WEBHOOK_PORT"

@@ -51,7 +51,7 @@ def importer_pod(
     """The pod that fills ``pvc`` from the source its annotations name."""
     pvc_annotations = annotations(pvc)
     config_status = cdi_config_status or {}
-    block = (pvc.get("spec") or {}).get("volumeMode") == names.VOLUME_MODE_BLOCK
+    block = is_block(pvc)
     container: Obj = {
         "name": names.IMPORTER_CONTAINER,
         "image": image,
@@ -61,28 +61,45 @@ def importer_pod(
         "terminationMessagePath": c.DEFAULT_TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "env": _env(pvc, config_status=config_status, block=block, insecure_registries=insecure_registries),
-        "resources": pod_resources(config_status, pvc),
-        "securityContext": {
-            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
-            "runAsUser": names.QEMU_UID, "seccompProfile": {"type": "RuntimeDefault"},
-        },
     }
-    volumes: list[Obj] = [{"name": names.DATA_VOLUME_NAME,
-                           "persistentVolumeClaim": {"claimName": meta(pvc).get("name", "")}}]
-    if block:
-        container["volumeDevices"] = [{"name": names.DATA_VOLUME_NAME, "devicePath": c.DEFAULT_BLOCK_PATH}]
-        container["volumeMounts"] = []
-    else:
-        container["volumeMounts"] = [{"name": names.DATA_VOLUME_NAME, "mountPath": c.DEFAULT_DATA_DIR}]
+    volumes: list[Obj] = []
     if pvc_annotations.get(names.ANN_CERT_CONFIGMAP):
         volumes.append({"name": names.CERT_VOLUME_NAME,
                         "configMap": {"name": pvc_annotations[names.ANN_CERT_CONFIGMAP]}})
-        container["volumeMounts"].append({"name": names.CERT_VOLUME_NAME, "mountPath": c.CERT_MOUNT})
+        container["volumeMounts"] = [{"name": names.CERT_VOLUME_NAME, "mountPath": c.CERT_MOUNT}]
+    return worker_pod(pvc, name=pod_name(pvc), container=container, volumes=volumes, config_status=config_status,
+                      pod_labels={names.LABEL_CDI_COMPONENT: names.IMPORTER_COMPONENT, names.LABEL_PROMETHEUS: "true",
+                                  names.LABEL_MANAGED_BY: names.MANAGED_BY,
+                                  names.LABEL_COMPONENT: names.COMPONENT_STORAGE},
+                      pod_annotations={names.ANN_CREATED_BY_CONTROLLER: "yes"})
+
+
+def is_block(pvc: Obj) -> bool:
+    return (pvc.get("spec") or {}).get("volumeMode") == names.VOLUME_MODE_BLOCK
+
+
+def worker_pod(pvc: Obj, *, name: str, container: Obj, volumes: list[Obj], config_status: Obj,
+               pod_labels: dict[str, str], pod_annotations: dict[str, str]) -> Obj:
+    """A pod working on ``pvc`` (importer or upload server), with what CDI gives every such pod (§3.1, §4.5):
+    the claim at /data or as /dev/cdi-block-volume, qemu's uid and fsGroup, no privileges, the pod settings
+    and pass-through annotations of the PVC, the PVC's labels, and the PVC as its controller."""
+    pvc_annotations = annotations(pvc)
+    container = {**container, "resources": pod_resources(config_status, pvc), "securityContext": {
+        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+        "runAsUser": names.QEMU_UID, "seccompProfile": {"type": "RuntimeDefault"},
+    }}
+    data = {"name": names.DATA_VOLUME_NAME}
+    mounts = list(container.get("volumeMounts") or [])
+    if is_block(pvc):
+        container["volumeDevices"] = [{**data, "devicePath": c.DEFAULT_BLOCK_PATH}]
+    else:
+        mounts.insert(0, {**data, "mountPath": c.DEFAULT_DATA_DIR})
+    container["volumeMounts"] = mounts
     spec: Obj = {
         "restartPolicy": "OnFailure",
         "enableServiceLinks": False,
         "containers": [container],
-        "volumes": volumes,
+        "volumes": [{**data, "persistentVolumeClaim": {"claimName": meta(pvc).get("name", "")}}, *volumes],
         "securityContext": {"fsGroup": names.QEMU_UID, "seccompProfile": {"type": "RuntimeDefault"}},
     }
     if pvc_annotations.get(names.ANN_PRIORITY_CLASS):
@@ -91,15 +108,13 @@ def importer_pod(
         spec["serviceAccountName"] = pvc_annotations[names.ANN_SERVICE_ACCOUNT]
     if config_status.get("imagePullSecrets"):
         spec["imagePullSecrets"] = config_status["imagePullSecrets"]
-    pod_annotations = {**names.POD_ANNOTATION_DEFAULTS, names.ANN_CREATED_BY_CONTROLLER: "yes"}
+    pod_annotations = {**names.POD_ANNOTATION_DEFAULTS, **pod_annotations}
     pod_annotations.update({k: v for k, v in pvc_annotations.items() if k in names.POD_PASSTHROUGH_ANNOTATIONS})
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
-            "name": pod_name(pvc), "namespace": meta(pvc).get("namespace", ""),
-            "labels": {**labels(pvc), names.LABEL_APP: names.APP, names.LABEL_CDI_COMPONENT: names.IMPORTER_COMPONENT,
-                       names.LABEL_PROMETHEUS: "true", names.LABEL_MANAGED_BY: names.MANAGED_BY,
-                       names.LABEL_COMPONENT: names.COMPONENT_STORAGE},
+            "name": name, "namespace": meta(pvc).get("namespace", ""),
+            "labels": {**labels(pvc), names.LABEL_APP: names.APP, **pod_labels},
             "annotations": pod_annotations,
             "ownerReferences": [owner_reference(pvc, kind="PersistentVolumeClaim", api_version="v1")],
         },

@@ -42,8 +42,14 @@ class ClaimUpdate:
 
 
 def claim_update(pvc: Obj, pod: Obj, *, max_restarts: int = names.DEFAULT_MAX_RESTARTS) -> ClaimUpdate:
-    """Mirror the importer pod into its PVC's annotations and decide whether the import is over."""
+    """Mirror the importer or upload pod into its PVC's annotations and decide whether its work is over.
+
+    An upload PVC (annotated ``storage.upload.target``) also gets ``storage.pod.ready``, virtctl's "upload
+    ready" signal; an upload server that exits because its deadline passed is deleted and its phase cleared,
+    so that a fresh one (with fresh certificates) takes its place (cdi-facts §4.5).
+    """
     before = annotations(pvc)
+    upload = names.ANN_UPLOAD_TARGET in before
     update = ClaimUpdate()
     pod_status = pod.get("status") or {}
     container = next(iter(pod_status.get("containerStatuses") or []), {})
@@ -52,11 +58,19 @@ def claim_update(pvc: Obj, pod: Obj, *, max_restarts: int = names.DEFAULT_MAX_RE
     update.annotations[names.ANN_POD_RESTARTS] = str(restarts)
     update.annotations[names.ANN_POD_PHASE] = pod_phase
     update.annotations[names.ANN_POD_SCHEDULABLE] = "false" if _unschedulable(pod_status) else None
+    if upload:
+        statuses = pod_status.get("containerStatuses") or []
+        ready = pod_phase == "Running" and bool(statuses) and all(s.get("ready") for s in statuses)
+        update.annotations[names.ANN_POD_READY] = str(ready).lower()
     state, last = container.get("state") or {}, container.get("lastState") or {}
     # A container waiting to be restarted shows its failure only in lastState.
     terminated = state.get("terminated") or (last.get("terminated") if "running" not in state else None)
     if "running" in state:
         running = ("true", names.REASON_POD_RUNNING, "")
+    elif upload and terminated and _deadline_passed(terminated):
+        update.annotations[names.ANN_POD_PHASE] = ""
+        update.delete_pod = True
+        running = ("false", names.REASON_COMPLETED, contract.DEADLINE_PASSED)
     elif terminated:
         running = _terminated(pvc, terminated, update, failures=restarts + (1 if "terminated" in state else 0),
                               max_restarts=max_restarts)
@@ -68,7 +82,8 @@ def claim_update(pvc: Obj, pod: Obj, *, max_restarts: int = names.DEFAULT_MAX_RE
     update.annotations[names.ANN_RUNNING_CONDITION_MESSAGE] = running[2]
     if update.annotations[names.ANN_POD_PHASE] == names.SUCCEEDED:
         if before.get(names.ANN_POD_PHASE) != names.SUCCEEDED:
-            update.events.append(Event(NORMAL, names.EVENT_PVC_IMPORT_SUCCEEDED, "Import Successful"))
+            update.events.append(Event(NORMAL, names.EVENT_PVC_UPLOAD_SUCCEEDED, "Upload Successful") if upload
+                                 else Event(NORMAL, names.EVENT_PVC_IMPORT_SUCCEEDED, "Import Successful"))
         update.delete_pod = before.get(names.ANN_RETAIN_AFTER_COMPLETION) != "true"
     return update
 
@@ -104,6 +119,11 @@ def _terminated(pvc: Obj, terminated: Obj, update: ClaimUpdate, *, failures: int
     return "false", reason, message
 
 
+def _deadline_passed(terminated: Obj) -> bool:
+    exit_code = int(terminated.get("exitCode") or 0)
+    return exit_code == 0 and contract.parse_termination(exit_code, terminated.get("message") or "").deadline_passed
+
+
 def _unschedulable(pod_status: Obj) -> bool:
     return pod_status.get("phase") == "Pending" and any(
         c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
@@ -130,6 +150,7 @@ def dv_status(
     """
     old = dv.get("status") or {}
     old_phase = old.get("phase", names.PHASE_UNSET)
+    upload = pvc is not None and names.ANN_UPLOAD_TARGET in annotations(pvc)
     events: list[Event] = []
     status: Obj = {}
     if pvc is None:
@@ -147,7 +168,9 @@ def dv_status(
         if phase == names.FAILED and bound[1] == names.REASON_CLAIM_LOST and old_phase != names.FAILED:
             events.append(Event(WARNING, names.EVENT_ERR_CLAIM_LOST, f"PVC {meta(pvc).get('name', '')} lost"))
         running = _running_condition(annotations(pvc))
-        status["progress"] = _progress(old.get("progress"), progress, phase=phase)
+        # Upload DVs show "N/A" throughout, as CDI's (it does not track upload progress).
+        status["progress"] = names.PROGRESS_UNKNOWN if upload else _progress(old.get("progress"), progress,
+                                                                             phase=phase)
         status["restartCount"] = _int(annotations(pvc).get(names.ANN_POD_RESTARTS))
     status["phase"] = phase
     ready = ("True", "", "") if phase == names.SUCCEEDED else ("Unknown" if phase == names.UNKNOWN else "False", "", "")
@@ -161,7 +184,7 @@ def dv_status(
     ]
     imported = pvc is not None and annotations(pvc).get(names.ANN_POD_PHASE) == names.SUCCEEDED
     events.extend(_events(old_phase, phase, old_conditions, bound=bound, running=running, ready=ready,
-                          claim=status.get("claimName", ""), imported=imported))
+                          claim=status.get("claimName", ""), imported=imported, upload=upload))
     return StatusUpdate(status, events)
 
 
@@ -193,9 +216,21 @@ def _claim_phase(dv: Obj, pvc: Obj, *, old_phase: str, storage_class: Obj | None
         return names.UNKNOWN, bound
     current = names.PVC_BOUND if old_phase in (names.PHASE_UNSET, names.PENDING, names.WAIT_FOR_FIRST_CONSUMER,
                                                names.UNKNOWN) else old_phase
+    if names.ANN_UPLOAD_TARGET in pvc_annotations:
+        return _upload_phase(pvc_annotations), bound
     if not pvc_annotations.get(names.ANN_IMPORT_POD_NAME):
         return current, bound
     return _import_phase(pvc_annotations, current=current), bound
+
+
+def _upload_phase(pvc_annotations: dict[str, str]) -> str:
+    """CDI's upload truth table (§1.7 step 4): ready only when the pod runs and passes its readiness probe."""
+    if pvc_annotations.get(names.ANN_FATAL_ERROR) == "true":
+        return names.FAILED
+    ready = pvc_annotations.get(names.ANN_POD_READY, "").lower() == "true"
+    if pvc_annotations.get(names.ANN_POD_PHASE) == "Running" and ready:
+        return names.UPLOAD_READY
+    return names.UPLOAD_SCHEDULED
 
 
 def _import_phase(pvc_annotations: dict[str, str], *, current: str) -> str:
@@ -249,7 +284,7 @@ def _condition(old: Obj | None, kind: str, value: tuple[str, str, str], *, now: 
 
 def _events(old_phase: str, phase: str, old_conditions: dict[str, Obj], *, bound: tuple[str, str, str],
             running: tuple[str, str, str], ready: tuple[str, str, str], claim: str,
-            imported: bool) -> list[Event]:
+            imported: bool, upload: bool = False) -> list[Event]:
     events = []
     old_bound = old_conditions.get(names.CONDITION_BOUND) or {}
     if (old_bound.get("status"), old_bound.get("reason")) != bound[:2] and bound[1]:
@@ -258,12 +293,16 @@ def _events(old_phase: str, phase: str, old_conditions: dict[str, Obj], *, bound
         by_phase = {
             names.IMPORT_SCHEDULED: (NORMAL, names.EVENT_IMPORT_SCHEDULED, f"Import into {claim} scheduled"),
             names.IMPORT_IN_PROGRESS: (NORMAL, names.EVENT_IMPORT_IN_PROGRESS, f"Import into {claim} in progress"),
-            names.FAILED: (WARNING, names.EVENT_IMPORT_FAILED, f"Failed to import into PVC {claim}"),
+            names.UPLOAD_SCHEDULED: (NORMAL, names.EVENT_UPLOAD_SCHEDULED, f"Upload into {claim} scheduled"),
+            names.UPLOAD_READY: (NORMAL, names.EVENT_UPLOAD_READY, f"Upload into {claim} ready"),
+            names.FAILED: (WARNING, names.EVENT_UPLOAD_FAILED, f"Failed to upload into PVC {claim}") if upload
+            else (WARNING, names.EVENT_IMPORT_FAILED, f"Failed to import into PVC {claim}"),
         }
         if phase in by_phase and claim:
             events.append(Event(*by_phase[phase]))
         if phase == names.SUCCEEDED and imported:
-            events.append(Event(NORMAL, names.EVENT_IMPORT_SUCCEEDED, f"Successfully imported into PVC {claim}"))
+            events.append(Event(NORMAL, names.EVENT_UPLOAD_SUCCEEDED, f"Successfully uploaded into {claim}") if upload
+                          else Event(NORMAL, names.EVENT_IMPORT_SUCCEEDED, f"Successfully imported into PVC {claim}"))
     old_running = old_conditions.get(names.CONDITION_RUNNING) or {}
     if (running[0] == "False" and running[2] and running[2] != old_running.get("message")
             and bound[0] == "True" and ready[0] != "True" and running[1] != "Scratch space required"):

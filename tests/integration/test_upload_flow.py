@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from cdi.api import names
 from tests.fixtures.images import ImageSet
 from tests.fixtures.upload import MakeStack, UploadPKI, UploadStack
-from uploadproxy import backend as b
 from uploadproxy import client
 from uploadproxy.contract import ASYNC_PATH, UPLOAD_PATH
 
@@ -68,7 +68,7 @@ def test_curl_form_upload(path: str, upload_stack: UploadStack, images: ImageSet
 def test_client_uploads_an_archive_into_the_volume(how: str, make_upload_stack: MakeStack, upload_pki: UploadPKI,
                                                    tmp_path: Path) -> None:
     if how.startswith("PVC"):
-        stack = make_upload_stack(notes={b.CONTENT_TYPE: "archive"})
+        stack = make_upload_stack(notes={names.ANN_CONTENT_TYPE: "archive"})
     else:
         stack = make_upload_stack(env={"UPLOAD_CONTENT_TYPE": "archive"})
     tree = tmp_path / "tree"
@@ -124,7 +124,7 @@ def test_populator_upload_goes_to_pvc_prime(upload_stack: UploadStack, images: I
     backend.pvcs[("ns", "prime-disk")] = prime
     backend.urls[("ns", "prime-disk")] = backend.urls.pop(("ns", "disk"))
     backend.pvcs[("ns", "disk")] = {
-        "metadata": {"name": "disk", "annotations": {b.PVC_PRIME: "prime-disk"}},
+        "metadata": {"name": "disk", "annotations": {names.ANN_PVC_PRIME: "prime-disk"}},
         "spec": {"dataSourceRef": {"apiGroup": "cdi.kubevirt.io", "kind": "VolumeUploadSource", "name": "src"}}}
     status, _ = curl("-H", f"Authorization: Bearer {upload_stack.token('disk')}", "--data-binary",
                      f"@{images.path('disk.qcow2')}", upload_stack.proxy_url + UPLOAD_PATH)
@@ -135,9 +135,9 @@ def test_populator_upload_goes_to_pvc_prime(upload_stack: UploadStack, images: I
 
 def test_client_retries_until_the_upload_pod_is_ready(make_upload_stack: MakeStack, images: ImageSet,
                                                       upload_pki: UploadPKI) -> None:
-    stack = make_upload_stack(notes={b.POD_READY: "false"})
+    stack = make_upload_stack(notes={names.ANN_POD_READY: "false"})
     # The controller marks the pod ready a little later: the proxy's first answers are 503, which the client retries.
-    ready = threading.Timer(1.5, stack.annotate, args=({b.POD_READY: "true"},))
+    ready = threading.Timer(1.5, stack.annotate, args=({names.ANN_POD_READY: "true"},))
     ready.start()
     try:
         result = client.upload(stack.proxy_url, images.path("disk.qcow2"), token=stack.token(),

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import requests
 
+from cdi.api import names
 from importer.checksum import file_sha256
 from tests.fixtures.images import ImageSet
 from tests.fixtures.upload import AppThread, MakeStack, StartServer, UploadPKI, UploadStack
 from tests.integration.test_upload_flow import assert_finished, curl
-from uploadproxy import backend as b
 from uploadproxy import client, tls, token
 from uploadproxy.contract import ASYNC_PATH, STATE_PATH, UPLOAD_PATH
 from uploadproxy.server import Config, UploadServer
@@ -67,10 +67,10 @@ def test_forged_expired_and_wrong_tokens(upload_stack: UploadStack, images: Imag
 
 
 @pytest.mark.parametrize(("notes", "text"), [
-    ({b.UPLOAD_TARGET: None}, "PVC disk is not an upload target"),
-    ({b.POD_PHASE: "Succeeded"}, "rejecting Upload Request for PVC disk that already finished uploading"),
-    ({b.POD_READY: "false"}, "timed out waiting for the upload pod of PVC disk to be ready"),
-    ({b.CONTENT_TYPE: "iso"}, "rejecting upload request for PVC disk - upload content-type iso is invalid"),
+    ({names.ANN_UPLOAD_TARGET: None}, "PVC disk is not an upload target"),
+    ({names.ANN_POD_PHASE: "Succeeded"}, "rejecting Upload Request for PVC disk that already finished uploading"),
+    ({names.ANN_POD_READY: "false"}, "timed out waiting for the upload pod of PVC disk to be ready"),
+    ({names.ANN_CONTENT_TYPE: "iso"}, "rejecting upload request for PVC disk - upload content-type iso is invalid"),
 ])
 def test_pvc_not_ready_for_upload(notes: dict[str, str | None], text: str, upload_stack: UploadStack,
                                   images: ImageSet) -> None:
