@@ -28,7 +28,7 @@ def main() -> int:
         port = int(env.get(c.METRICS_PORT, "") or c.DEFAULT_METRICS_PORT)
         if port:
             metric = ProgressMetric(env.get(c.OWNER_UID, ""))
-            metric.serve(port)
+            metric.serve(port, addr=env.get(c.METRICS_ADDRESS) or "0.0.0.0")  # noqa: S104
             progress.add_listener(metric)
         result = run_import(request, progress=progress)
     except ImportFailed as failure:

@@ -148,6 +148,7 @@ def _env(pvc: Obj, *, config_status: Obj, block: bool, insecure_registries: Iter
         c.NO_PROXY: proxy.get("noProxy", ""),
     }
     env: list[Obj] = [{"name": k, "value": v} for k, v in values.items()]
+    env.append({"name": c.METRICS_ADDRESS, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     if a.get(names.ANN_SECRET) and source != "gcs":
         for var, key in ((c.ACCESS_KEY_ID, names.SECRET_ACCESS_KEY_ID), (c.SECRET_KEY, names.SECRET_SECRET_KEY)):
             env.append({"name": var, "valueFrom": {"secretKeyRef": {"name": a[names.ANN_SECRET], "key": key}}})

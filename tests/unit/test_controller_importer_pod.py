@@ -35,9 +35,13 @@ def claim(source: dict, *, volume_mode: str = "Filesystem", annotations: dict | 
 
 
 def env_of(pod: dict) -> dict[str, str]:
-    """Plain values, with secretKeyRef entries shown as '<secret>/<key>'."""
+    """Plain values, with secretKeyRef entries shown as '<secret>/<key>'; the pod IP (the metrics listener's
+    address) is left out."""
     result = {}
     for item in pod["spec"]["containers"][0]["env"]:
+        if item["name"] == "IMPORTER_METRICS_ADDRESS":
+            assert item["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+            continue
         ref = (item.get("valueFrom") or {}).get("secretKeyRef")
         result[item["name"]] = f"{ref['name']}/{ref['key']}" if ref else item["value"]
     return result
