@@ -12,18 +12,22 @@ import asyncio
 import logging
 import os
 import re
+import signal
 import ssl
 import sys
 from pathlib import Path
 
 import aiohttp
 from aiohttp import web
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from cdi.api import names
 from uploadproxy import backend as b
 from uploadproxy import contract as c
 from uploadproxy import tls
-from uploadproxy.token import TokenError, verify
+from uploadproxy.token import TokenError, public_pem, verify
+from uploadproxy.tokenapi import TokenAPI, subject_access_review, verified_client
 
 log = logging.getLogger("cdi-uploadproxy")
 
@@ -177,18 +181,69 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--client-cert-dir", default=c.PROXY_CLIENT_CERT_DIR,
                         help="tls.crt and tls.key presented to upload servers")
     parser.add_argument("--upload-server-ca", default=None, help="CA bundle of the upload servers' certificates")
+    token_api = parser.add_argument_group(
+        "UploadTokenRequest API", "also serve upload.cdi.kubevirt.io/v1beta1 (CDI's cdi-apiserver part) on a port "
+        "of its own, for an APIService to point at")
+    token_api.add_argument("--token-api-port", type=int, default=None)
+    token_api.add_argument("--token-signing-key", default=None, help="PEM RSA private key the tokens are signed with")
+    token_api.add_argument("--token-api-cert-dir", default=None,
+                           help="tls.crt and tls.key to serve the API with (default: --server-cert-dir)")
+    token_api.add_argument("--requestheader-client-ca", default=None,
+                           help="CA of the API server's front-proxy client certificate: callers are then named by "
+                                "X-Remote-User/Group and checked with a SubjectAccessReview (without it, any "
+                                "caller that reaches the port gets tokens: keep the port private)")
     parser.add_argument("-v", dest="verbosity", default="1", help="log verbosity (accepted for CDI's pod args)")
     args = parser.parse_args(argv)
-    public_key = os.environ.get(c.APISERVER_PUBLIC_KEY, "").encode()
+    signing_key = None
+    if args.token_signing_key:
+        loaded = serialization.load_pem_private_key(Path(args.token_signing_key).read_bytes(), password=None)
+        if not isinstance(loaded, rsa.RSAPrivateKey):
+            log.error("%s is not an RSA private key", args.token_signing_key)
+            return 1
+        signing_key = loaded
+    public_key = os.environ.get(c.APISERVER_PUBLIC_KEY, "").encode() or (
+        public_pem(signing_key) if signing_key is not None else b"")
     if not public_key:
         log.error("%s is not set: cannot verify upload tokens", c.APISERVER_PUBLIC_KEY)
         return 1
     server_dir, client_dir = Path(args.server_cert_dir), Path(args.client_cert_dir)
     proxy = UploadProxy(b.KubernetesBackend(), public_key=public_key, client_ssl=tls.client_context(
         ca=args.upload_server_ca, cert=str(client_dir / "tls.crt"), key=str(client_dir / "tls.key")))
-    context = tls.server_context(cert=str(server_dir / "tls.crt"), key=str(server_dir / "tls.key"))
-    web.run_app(proxy.app(), host=args.listen_address, port=args.port, ssl_context=context, access_log=None)
+    sites = [(proxy.app(), args.port, tls.server_context(cert=str(server_dir / "tls.crt"),
+                                                         key=str(server_dir / "tls.key")))]
+    if args.token_api_port is not None:
+        if signing_key is None:
+            log.error("--token-api-port needs --token-signing-key")
+            return 1
+        api_dir = Path(args.token_api_cert_dir or args.server_cert_dir)
+        api_tls = tls.server_context(cert=str(api_dir / "tls.crt"), key=str(api_dir / "tls.key"),
+                                     client_ca=args.requestheader_client_ca)
+        api = TokenAPI(signing_key, authorize=subject_access_review() if args.requestheader_client_ca else None,
+                       trusted_proxy=verified_client)
+        sites.append((api.app(), args.token_api_port, api_tls))
+    asyncio.run(_serve(sites, host=args.listen_address))
     return 0
+
+
+async def _serve(sites: list[tuple[web.Application, int, ssl.SSLContext]], *, host: str) -> None:
+    """Serve every app on its port until SIGTERM or SIGINT."""
+    runners = []
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        for app, port, context in sites:
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            runners.append(runner)
+            await web.TCPSite(runner, host, port, ssl_context=context).start()
+            log.info("serving %s on https://%s:%d", "the UploadTokenRequest API" if runners[1:] else "uploads",
+                     host, port)
+        await stop.wait()
+    finally:
+        for runner in runners:
+            await runner.cleanup()
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import requests
 import yaml
 
 from cdi.api import names
+from cdi.cli.localupload import UploadPlane
 from cdi.controller import certs
 from localkube.cluster import Cluster, ClusterUnavailable
 from localkube.kubelet import console_script_images
@@ -55,6 +56,7 @@ class LocalCDI:
         self.controller_env = dict(controller_env or {})
         self.controller: subprocess.Popen[bytes] | None = None
         self.controller_log = self.workdir / "controller.log"
+        self.upload = UploadPlane(self.workdir)  # the upload proxy and the UploadTokenRequest API
 
     @property
     def kubeconfig(self) -> Path:
@@ -69,6 +71,7 @@ class LocalCDI:
         self.cluster.start()
         try:
             install_crds(self.url)
+            self.upload.start(api_url=self.url, kubeconfig=self.kubeconfig)
             self.start_controller()
         except BaseException:
             self.stop()
@@ -89,7 +92,7 @@ class LocalCDI:
                names.ENV_PULL_POLICY: "IfNotPresent", names.ENV_WEBHOOK_HOST: "127.0.0.1",
                names.ENV_WEBHOOK_PORT: str(_free_port()), names.ENV_WEBHOOK_CERT: str(tls / "tls.crt"),
                names.ENV_WEBHOOK_KEY: str(tls / "tls.key"), names.ENV_WEBHOOK_CA: str(tls / "ca.crt"),
-               **self.controller_env}
+               **self.upload.controller_env(), **self.controller_env}
         with self.controller_log.open("ab") as log:
             self.controller = subprocess.Popen([sys.executable, "-m", "cdi.controller"], env=env, stdout=log,
                                                stderr=subprocess.STDOUT, start_new_session=True)
@@ -130,7 +133,10 @@ class LocalCDI:
         try:
             self.stop_controller()
         finally:
-            self.cluster.stop()
+            try:
+                self.upload.stop()
+            finally:
+                self.cluster.stop()
 
     def __enter__(self) -> LocalCDI:
         return self.start()

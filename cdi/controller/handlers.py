@@ -21,6 +21,7 @@ import kopf
 from cdi.api import names
 from cdi.api.spec import Obj, annotations, meta
 from cdi.api.validation import Invalid, validate_datavolume
+from cdi.controller import upload
 from cdi.controller.config import cdi_config_status, max_restarts, storage_profile
 from cdi.controller.importer_pod import importer_pod, is_import_claim, pod_name, wants_importer_pod
 from cdi.controller.kube import Kube, path
@@ -42,13 +43,17 @@ class Settings:
     pull_policy: str = "IfNotPresent"
     upload_proxy_url: str = ""
     default_gates: list[str] = field(default_factory=lambda: [names.GATE_HONOR_WFFC])
+    upload_image: str = "quay.io/kubevirt/cdi-uploadserver:latest"
+    upload_signers: upload.Signers | None = None
 
     @classmethod
     def from_env(cls) -> Settings:
         env = os.environ
         return cls(image=env.get(names.ENV_IMPORTER_IMAGE) or cls.image,
                    pull_policy=env.get(names.ENV_PULL_POLICY) or cls.pull_policy,
-                   upload_proxy_url=env.get(names.ENV_UPLOADPROXY_URL, ""))
+                   upload_proxy_url=env.get(names.ENV_UPLOADPROXY_URL, ""),
+                   upload_image=env.get(names.ENV_UPLOADSERVER_IMAGE) or cls.upload_image,
+                   upload_signers=upload.Signers.from_env(env))
 
 
 _kube: Kube | None = None
@@ -127,6 +132,8 @@ def reconcile_datavolume(namespace: str, name: str) -> None:
     pod = None
     if pvc is not None and action in (ClaimAction.CREATE, ClaimAction.OURS) and is_import_claim(pvc):
         pvc, pod = _sync_importer(pvc, config=config, config_status=config_status, gates=gates)
+    elif pvc is not None and action in (ClaimAction.CREATE, ClaimAction.OURS) and upload.is_upload_claim(pvc):
+        pvc, _ = _sync_upload(pvc, config=config, config_status=config_status, gates=gates)
     storage_class = next((sc for sc in classes if meta(sc).get("name") == ((pvc or {}).get("spec") or {})
                           .get("storageClassName")), None)
     progress = scrape_progress(pod, owner_uid=meta(dv).get("uid", "")) if pod else None
@@ -157,6 +164,49 @@ def _sync_importer(pvc: Obj, *, config: Obj | None, config_status: Obj,
                             pull_policy=_settings.pull_policy, insecure_registries=insecure)
         pod = k.create(_core("pods", namespace=namespace), body) or k.get(pod_path)
         return pvc, pod
+    return _mirror_pod(pvc, pod, pod_path, config=config), pod
+
+
+def _sync_upload(pvc: Obj, *, config: Obj | None, config_status: Obj,
+                 gates: list[str]) -> tuple[Obj, Obj | None]:
+    """The upload server pod, its Service and TLS Secret for an upload PVC (cdi-facts §5.4); (PVC, pod)."""
+    k = kube()
+    namespace, claim = meta(pvc).get("namespace", ""), meta(pvc).get("name", "")
+    pvc_path = _core("persistentvolumeclaims", namespace=namespace, name=claim)
+    pod_path = _core("pods", namespace=namespace, name=upload.pod_name(pvc))
+    pod = k.get(pod_path)
+    signers = _settings.upload_signers
+    if pod is None:
+        if (not upload.wants_upload_pod(pvc, honor_wait_for_first_consumer=names.GATE_HONOR_WFFC in gates)
+                or signers is None):
+            if signers is None:
+                log.error("no upload signers configured (%s): cannot start the upload pod of %s/%s",
+                          names.ENV_UPLOAD_SERVER_CA_CERT, namespace, claim)
+            return pvc, None
+        if names.ANN_UPLOAD_POD_NAME not in annotations(pvc):
+            pvc = k.patch(pvc_path, {"metadata": {"annotations": {
+                names.ANN_UPLOAD_POD_NAME: upload.pod_name(pvc)}}}) or pvc
+        k.create(_core("services", namespace=namespace), upload.upload_service(pvc))
+        pod = k.create(_core("pods", namespace=namespace), upload.upload_pod(
+            pvc, image=_settings.upload_image, cdi_config_status=config_status, pull_policy=_settings.pull_policy,
+            deadline=datetime.datetime.now(datetime.timezone.utc) + upload.DEADLINE)) or k.get(pod_path)
+    if pod is not None and signers is not None and (pod.get("status") or {}).get("phase", "Pending") == "Pending":
+        # Also after a crash between creating the pod and its Secret: the pod waits for it.
+        k.create(_core("secrets", namespace=namespace),
+                 upload.upload_secret(pvc, pod, signer=signers.server, client_ca_pem=signers.client_ca_pem))
+    if pod is None:
+        return pvc, None
+    pvc = _mirror_pod(pvc, pod, pod_path, config=config)
+    if annotations(pvc).get(names.ANN_POD_PHASE) == names.SUCCEEDED:
+        k.delete(_core("services", namespace=namespace, name=upload.upload_service_name(pvc)))
+    return pvc, pod
+
+
+def _mirror_pod(pvc: Obj, pod: Obj, pod_path: str, *, config: Obj | None) -> Obj:
+    """The worker pod's state into its PVC's annotations (and the pod deleted once it is done)."""
+    k = kube()
+    pvc_path = _core("persistentvolumeclaims", namespace=meta(pvc).get("namespace", ""),
+                     name=meta(pvc).get("name", ""))
     update = claim_update(pvc, pod, max_restarts=max_restarts(config, pvc))
     current = annotations(pvc)
     changed = {k_: v for k_, v in update.annotations.items() if current.get(k_) != v}
@@ -169,7 +219,7 @@ def _sync_importer(pvc: Obj, *, config: Obj | None, config_status: Obj,
         kopf.event(pvc, type=event.type, reason=event.reason, message=event.message)
     if update.delete_pod:
         k.delete(pod_path)
-    return pvc, pod
+    return pvc
 
 
 def _owning_datavolume(obj: Obj) -> str | None:
@@ -188,6 +238,11 @@ def claim_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
     owner = _owning_datavolume(dict(body))
     if owner:
         reconcile_datavolume(namespace, owner)
+
+
+@kopf.on.event("", "v1", "pods", labels={names.LABEL_CDI_COMPONENT: names.UPLOAD_SERVER_COMPONENT})
+def upload_server_changed(body: kopf.Body, namespace: str, **kwargs: Any) -> None:
+    importer_changed(body=body, namespace=namespace, **kwargs)
 
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_CDI_COMPONENT: names.IMPORTER_COMPONENT})

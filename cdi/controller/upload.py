@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import base64
 import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
 from cdi.api import names
 from cdi.api.spec import Obj, annotations, meta, requested_size
@@ -127,3 +130,21 @@ def upload_secret(pvc: Obj, pod: Obj, *, signer: certs.KeyPair, client_ca_pem: b
                      "ownerReferences": [owner_reference(pod, kind="Pod", api_version="v1")]},
         "data": {key: base64.b64encode(value).decode() for key, value in files.items()},
     }
+
+
+@dataclass(frozen=True)
+class Signers:
+    """What the controller signs upload servers' certificates with, and the CA bundle of the clients (the
+    upload proxy) they accept: PEM files named by the controller's env (Secrets mounted in a Deployment)."""
+
+    server: certs.KeyPair
+    client_ca_pem: bytes
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Signers | None:
+        paths = [env.get(k, "") for k in (names.ENV_UPLOAD_SERVER_CA_CERT, names.ENV_UPLOAD_SERVER_CA_KEY,
+                                          names.ENV_UPLOAD_CLIENT_CA)]
+        if not all(paths):
+            return None
+        cert, key, client_ca = (Path(p).read_bytes() for p in paths)
+        return cls(server=certs.KeyPair.load(cert_pem=cert, key_pem=key), client_ca_pem=client_ca)
