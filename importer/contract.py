@@ -87,6 +87,11 @@ class Termination:
     def permanent(self) -> bool:
         return self.reason is not None and self.reason.permanent
 
+    @property
+    def failed(self) -> bool:
+        """A non-zero exit, or an exit-0 message naming a failure (CDI's checksum form, our permanent reasons)."""
+        return self.exit_code != 0 or self.reason is not None
+
 
 def success_message(
     *, preallocation_applied: bool, labels: dict[str, str] | None = None, message: str = IMPORT_COMPLETE,
@@ -118,6 +123,19 @@ def failure_message(failure: ImportFailed, *, source: str) -> str:
     return f"{prefix}: {failure.reason.name}: {failure.message}"[:TERMINATION_MESSAGE_MAX]
 
 
+def failure_exit(failure: ImportFailed, *, source: str) -> tuple[int, str]:
+    """The exit code and termination message of a failed import.
+
+    A permanent failure exits 0 with the line in CDI's JSON form, as CDI's importer does for a checksum mismatch:
+    under ``restartPolicy: OnFailure`` the kubelet then never runs it again, so it fails on the first attempt
+    however quickly the kubelet would restart it. A transient failure exits 1: the kubelet's restart is the retry.
+    """
+    text = failure_message(failure, source=source)
+    if failure.reason.permanent:
+        return 0, json.dumps({"message": text[:TERMINATION_MESSAGE_MAX - 64]}, separators=(",", ":"))
+    return 1, text
+
+
 def parse_termination(exit_code: int, message: str) -> Termination:
     """Read back what :func:`success_message` or :func:`failure_message` wrote (or CDI's own texts)."""
     text = (message or "").strip()
@@ -126,19 +144,22 @@ def parse_termination(exit_code: int, message: str) -> Termination:
             body = json.loads(text)
         except ValueError:
             body = {"message": text}
+        said = str(body.get("message", ""))
         return Termination(
             exit_code=0,
-            message=str(body.get("message", "")),
+            message=said,
+            reason=_reason(said) or (Reason.ChecksumMismatch if "checksum mismatch" in said.lower() else None),
             preallocation_applied=bool(body.get("preallocationApplied", False)),
             labels={str(k): str(v) for k, v in (body.get("labels") or {}).items()},
             deadline_passed=bool(body.get("deadlinePassed", False)),
         )
     first = text.splitlines()[0] if text else ""
-    reason = None
-    match = _FAILURE.match(first)
-    if match and match["reason"] in Reason.__members__:
-        reason = Reason[match["reason"]]
-    return Termination(exit_code=exit_code, message=first, reason=reason)
+    return Termination(exit_code=exit_code, message=first, reason=_reason(first))
+
+
+def _reason(line: str) -> Reason | None:
+    match = _FAILURE.match(line)
+    return Reason[match["reason"]] if match and match["reason"] in Reason.__members__ else None
 
 
 def write_termination(path: Path, text: str) -> None:

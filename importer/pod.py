@@ -32,19 +32,23 @@ def main() -> int:
             progress.add_listener(metric)
         result = run_import(request, progress=progress)
     except ImportFailed as failure:
-        c.write_termination(termination, c.failure_message(failure, source=source))
         log.error("%s", failure)
-        return 1
+        return _failed(termination, failure, source=source)
     except Exception as error:  # a bug: still one line in the termination message, and a traceback in the log
         log.exception("import failed")
-        bug = ImportFailed(Reason.InternalError, f"{type(error).__name__}: {error}")
-        c.write_termination(termination, c.failure_message(bug, source=source))
-        return 1
+        return _failed(termination, ImportFailed(Reason.InternalError, f"{type(error).__name__}: {error}"),
+                       source=source)
     done = c.success_message(preallocation_applied=result.preallocation_applied, labels=result.labels,
                              scratch_key=source != c.SOURCE_NONE)
     c.write_termination(termination, done)
     log.info("import complete: %s %s bytes into %s", result.format, result.virtual_size, result.target)
     return 0
+
+
+def _failed(termination: Path, failure: ImportFailed, *, source: str) -> int:
+    code, message = c.failure_exit(failure, source=source)
+    c.write_termination(termination, message)
+    return code
 
 
 def _log_progress(snapshot: Snapshot) -> None:

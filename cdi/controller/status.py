@@ -92,10 +92,9 @@ def _terminated(pvc: Obj, terminated: Obj, update: ClaimUpdate, *, failures: int
                 max_restarts: int) -> tuple[str, str, str]:
     before = annotations(pvc)
     exit_code = int(terminated.get("exitCode") or 0)
+    # Exit 0 can still be a failure: CDI's checksum mismatch, and every permanent failure of ours (not restarted).
     result = contract.parse_termination(exit_code, terminated.get("message") or "")
-    # CDI's own importer reports a checksum mismatch with exit code 0 (cdi-facts §3.10): a failure all the same.
-    cdi_checksum_failure = exit_code == 0 and "checksum mismatch" in result.message.lower()
-    if exit_code == 0 and not cdi_checksum_failure:
+    if not result.failed:
         if result.preallocation_applied:
             update.annotations[names.ANN_PREALLOCATION_APPLIED] = "true"
         existing = labels(pvc)
@@ -105,14 +104,14 @@ def _terminated(pvc: Obj, terminated: Obj, update: ClaimUpdate, *, failures: int
     if result.reason is Reason.TargetTooSmall or any(hint in message for hint in _TOO_SMALL_HINTS):
         message = names.MESSAGE_TOO_SMALL
     reason = names.REASON_IMAGE_PULL_FAILED if "failed to pull image" in message else names.REASON_ERROR
-    if result.permanent or cdi_checksum_failure or failures > max_restarts:
+    if result.permanent or failures > max_restarts:
         update.annotations[names.ANN_FATAL_ERROR] = "true"
         update.annotations[names.ANN_POD_PHASE] = names.FAILED
         update.delete_pod = True
-        if result.reason is Reason.ChecksumMismatch or cdi_checksum_failure:
+        if result.reason is Reason.ChecksumMismatch:
             reason = names.REASON_CHECKSUM_ERROR
         elif not result.permanent:
-            message = f"{message} (gave up after {failures} failed attempts)"
+            message = f"{message} (importer pod failed {failures} times; retry limit {max_restarts} reached)"
     if (before.get(names.ANN_RUNNING_CONDITION_MESSAGE) != message
             or before.get(names.ANN_POD_RESTARTS) != update.annotations[names.ANN_POD_RESTARTS]):
         update.events.append(Event(WARNING, names.EVENT_ERR_IMPORT_FAILED, message))

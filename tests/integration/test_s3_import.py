@@ -100,5 +100,6 @@ def test_importer_pod_reads_s3_with_cdis_env_contract(objects, tmp_path):
     assert same_disk(tmp_path / "data" / "disk.img", path, path.parent)
     env[contract.SECRET_KEY] = "wrong"
     result = run_importer_pod(env)
-    assert result.returncode == 1
-    assert (tmp_path / "termination-log").read_text().startswith("Unable to connect to s3 data source: Unauthorized: ")
+    assert result.returncode == 0, "a permanent failure is not restarted (CDI's exit-0 JSON form)"
+    assert json.loads((tmp_path / "termination-log").read_text())["message"].startswith(
+        "Unable to connect to s3 data source: Unauthorized: ")

@@ -229,7 +229,8 @@ def test_transient_failures_stop_at_the_limit():
     status = dv.status()
     assert (status["phase"], status["restartCount"]) == ("Failed", 2)
     reason, message = conditions(status)["Running"][1:]
-    assert reason == "Error" and "SourceUnreachable" in message and "gave up after 3 failed attempts" in message
+    assert reason == "Error" and "SourceUnreachable" in message
+    assert "importer pod failed 3 times; retry limit 2 reached" in message
     assert dv.pod_deleted
 
 
