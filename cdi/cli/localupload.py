@@ -80,7 +80,7 @@ class UploadPlane:
 
     def start(self, *, api_url: str, kubeconfig: Path, timeout: float = 30) -> None:
         """Starts the proxy and token API, registers the APIService, and returns once both answer."""
-        from cdi.cli.local import _free_port  # noqa: PLC0415 - one helper for every local port
+        from cdi.cli.localsystem import _free_port  # noqa: PLC0415 - one helper for every local port
 
         self._write_pki()
         self.port, self.api_port = _free_port(), _free_port()
@@ -110,7 +110,7 @@ class UploadPlane:
         response.raise_for_status()
 
     def _wait_ready(self, api_url: str, timeout: float) -> None:
-        from cdi.cli.local import NotReady  # noqa: PLC0415
+        from cdi.cli.localsystem import NotReady  # noqa: PLC0415
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
