@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cdi.cli import importcmd, local
+from cdi.cli import imageupload, importcmd, local
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cdi", description="kubecdi: KubeVirt's Containerized Data Importer, in Python")
     commands = parser.add_subparsers(dest="command", required=True)
     importcmd.register(commands)
+    imageupload.register(commands)
     local.register(commands)
     args = parser.parse_args(argv)
     return int(args.run(args))

@@ -240,18 +240,42 @@ def claim_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
         reconcile_datavolume(namespace, owner)
 
 
+def reconcile_upload_claim(namespace: str, name: str) -> None:
+    """An upload PVC without a DataVolume (``cdi image-upload pvc``, virtctl's): CDI's PVC-level upload controller."""
+    k = kube()
+    pvc = k.get(_core("persistentvolumeclaims", namespace=namespace, name=name))
+    if pvc is None or _owning_datavolume(pvc) or not upload.is_upload_claim(pvc):
+        return
+    config = _config()
+    config_status = (config or {}).get("status") or cdi_config_status(config, storage_classes=_storage_classes())
+    _sync_upload(pvc, config=config, config_status=config_status, gates=_gates(config))
+
+
+@kopf.on.event("", "v1", "persistentvolumeclaims", annotations={names.ANN_UPLOAD_TARGET: kopf.PRESENT})
+def upload_claim_changed(type: str | None, name: str, namespace: str, **_: Any) -> None:
+    if type != "DELETED":
+        reconcile_upload_claim(namespace, name)
+
+
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_CDI_COMPONENT: names.UPLOAD_SERVER_COMPONENT})
-def upload_server_changed(body: kopf.Body, namespace: str, **kwargs: Any) -> None:
-    importer_changed(body=body, namespace=namespace, **kwargs)
+def upload_server_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
+    claim = _owning_claim(dict(body))
+    if claim:
+        reconcile_datavolume(namespace, claim)  # when the PVC has a DataVolume
+        reconcile_upload_claim(namespace, claim)  # when it has none
 
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_CDI_COMPONENT: names.IMPORTER_COMPONENT})
 def importer_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
     # The importer pod belongs to the PVC, and the PVC has its DataVolume's name (legacy path).
-    refs = meta(dict(body)).get("ownerReferences") or []
-    claim = next((r.get("name") for r in refs if r.get("kind") == "PersistentVolumeClaim"), None)
+    claim = _owning_claim(dict(body))
     if claim:
         reconcile_datavolume(namespace, claim)
+
+
+def _owning_claim(pod: Obj) -> str | None:
+    return next((r.get("name") for r in meta(pod).get("ownerReferences") or []
+                 if r.get("kind") == "PersistentVolumeClaim"), None)
 
 
 async def _poll_progress() -> None:
