@@ -64,12 +64,15 @@ class TokenAPI:
 
     def app(self) -> web.Application:
         app = web.Application()
-        app.router.add_get("/healthz", lambda _r: web.Response(text="OK"))
+        app.router.add_get("/healthz", self._healthz)
         app.router.add_get(f"/apis/{names.UPLOAD_GROUP}", self._group)
         app.router.add_get(BASE, self._resources)
         app.router.add_get(BASE + "/", self._resources)
         app.router.add_post(BASE + "/namespaces/{namespace}/" + names.UPLOAD_TOKEN_REQUESTS, self._create)
         return app
+
+    async def _healthz(self, _request: web.Request) -> web.Response:
+        return web.Response(text="OK")
 
     async def _group(self, _request: web.Request) -> web.Response:
         return web.json_response(api_group())
