@@ -20,7 +20,6 @@ import yaml
 
 from cdi.api import names
 from cdi.cli.localupload import UploadPlane
-from cdi.controller import certs
 from localkube.cluster import Cluster
 from localkube.kubelet import console_script_images
 
@@ -71,18 +70,9 @@ class LocalCDI:
 
     def start_controller(self, *, timeout: float = 60) -> None:
         """Starts the controller and returns once it has published its config and webhook."""
-        tls = self.workdir / "webhook"
-        tls.mkdir(exist_ok=True)
-        if not (tls / "tls.crt").exists():
-            ca = certs.new_ca("kubecdi local webhook CA")
-            pair = certs.issue(ca, common_name="127.0.0.1", server=True, hosts=["127.0.0.1"])
-            (tls / "ca.crt").write_bytes(ca.cert_pem)
-            (tls / "tls.key").write_bytes(pair.key_pem)
-            (tls / "tls.crt").write_bytes(pair.cert_pem)
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), names.ENV_IMPORTER_IMAGE: IMPORTER_IMAGE,
                names.ENV_PULL_POLICY: "IfNotPresent", names.ENV_WEBHOOK_HOST: "127.0.0.1",
-               names.ENV_WEBHOOK_PORT: str(_free_port()), names.ENV_WEBHOOK_CERT: str(tls / "tls.crt"),
-               names.ENV_WEBHOOK_KEY: str(tls / "tls.key"), names.ENV_WEBHOOK_CA: str(tls / "ca.crt"),
+               names.ENV_WEBHOOK_PORT: str(_free_port()),
                **self.upload.controller_env(), **self.controller_env}
         with self.controller_log.open("ab") as log:
             self.controller = subprocess.Popen([sys.executable, "-m", "cdi.controller"], env=env, stdout=log,
@@ -138,7 +128,8 @@ class LocalCDI:
 
 def install_crds(url: str, *, timeout: float = 30) -> None:
     """Creates (or keeps) every CRD of crds/ and waits until each serves its resource."""
-    crds = [yaml.safe_load(p.read_text()) for p in sorted(CRD_DIR.glob("*.yaml"))]
+    documents = (yaml.safe_load(p.read_text()) for p in sorted(CRD_DIR.glob("*.yaml")))
+    crds = [d for d in documents if d.get("kind") == "CustomResourceDefinition"]  # not kustomization.yaml
     if not crds:
         raise NotReady(f"no CRDs in {CRD_DIR}: cdi local runs from a clone of the repository")
     base = f"{url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions"

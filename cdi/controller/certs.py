@@ -10,6 +10,7 @@ import datetime
 import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -80,3 +81,19 @@ def _general_name(host: str) -> x509.GeneralName:
         return x509.IPAddress(ipaddress.ip_address(host))
     except ValueError:
         return x509.DNSName(host)
+
+
+def write_serving_files(folder: Path, *, host: str, ca_name: str) -> tuple[Path, Path, Path]:
+    """A fresh CA and a serving certificate for ``host`` in ``folder``: (cert, key, CA cert) paths.
+
+    For a server whose clients are told the CA alongside the address (a webhook configuration's caBundle), so no
+    certificate has to be provisioned before the server first starts.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    ca = new_ca(ca_name)
+    pair = issue(ca, common_name=host, server=True, hosts=[host])
+    paths = folder / "tls.crt", folder / "tls.key", folder / "ca.crt"
+    for path, pem in zip(paths, (pair.cert_pem, pair.key_pem, ca.cert_pem), strict=True):
+        path.write_bytes(pem)
+    paths[1].chmod(0o600)
+    return paths

@@ -13,7 +13,9 @@ import asyncio
 import datetime
 import logging
 import os
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import kopf
@@ -21,7 +23,7 @@ import kopf
 from cdi.api import names
 from cdi.api.spec import Obj, annotations, meta
 from cdi.api.validation import Invalid, validate_datavolume
-from cdi.controller import upload
+from cdi.controller import certs, upload
 from cdi.controller.config import cdi_config_status, max_restarts, storage_profile
 from cdi.controller.importer_pod import importer_pod, is_import_claim, pod_name, wants_importer_pod
 from cdi.controller.kube import Kube, path
@@ -359,13 +361,16 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     global _settings
     _settings = Settings.from_env()
     settings.posting.level = logging.INFO
-    port = os.environ.get(names.ENV_WEBHOOK_PORT)
+    env = os.environ
+    port = env.get(names.ENV_WEBHOOK_PORT)
     if port:
+        host = env.get(names.ENV_WEBHOOK_HOST) or "localhost"
+        cert, key, ca = env.get(names.ENV_WEBHOOK_CERT), env.get(names.ENV_WEBHOOK_KEY), env.get(names.ENV_WEBHOOK_CA)
+        if not cert:  # none mounted: our own, whose CA kopf puts into the webhook configuration it manages
+            cert, key, ca = map(str, certs.write_serving_files(Path(tempfile.mkdtemp(prefix="cdi-webhook-")),
+                                                               host=host, ca_name="cdi-controller webhook CA"))
         settings.admission.server = kopf.WebhookServer(
-            addr="0.0.0.0", port=int(port), host=os.environ.get(names.ENV_WEBHOOK_HOST) or None,  # noqa: S104
-            certfile=os.environ.get(names.ENV_WEBHOOK_CERT) or None,
-            pkeyfile=os.environ.get(names.ENV_WEBHOOK_KEY) or None,
-            cafile=os.environ.get(names.ENV_WEBHOOK_CA) or None)
+            addr="0.0.0.0", port=int(port), host=host, certfile=cert, pkeyfile=key, cafile=ca or None)  # noqa: S104
         settings.admission.managed = names.GROUP  # webhook datavolume-validate.cdi.kubevirt.io, as CDI names it
     await asyncio.to_thread(reconcile_cluster_config)
     memo["progress"] = asyncio.create_task(_poll_progress())
