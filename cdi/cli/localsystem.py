@@ -101,14 +101,7 @@ class LocalCDI:
     def stop_controller(self, *, kill: bool = False) -> None:
         """Stops the controller (SIGKILL with ``kill``, as a crash would); the cluster keeps running."""
         process, self.controller = self.controller, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, kill=kill)
 
     def stop(self) -> None:
         try:
@@ -145,6 +138,18 @@ def install_crds(url: str, *, timeout: float = 30) -> None:
             if time.monotonic() > deadline:
                 raise NotReady(f"CRD {plural}.{group} is not served")
             time.sleep(0.1)
+
+
+def stop_process(process: subprocess.Popen[bytes] | None, *, kill: bool = False, timeout: float = 30) -> None:
+    """SIGTERM (SIGKILL with ``kill``) a child process that may have exited, and wait for it."""
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _free_port() -> int:

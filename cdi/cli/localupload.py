@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -127,12 +126,7 @@ class UploadPlane:
         raise NotReady(f"the upload proxy did not answer within {timeout:.0f} s; see {self.log}")
 
     def stop(self) -> None:
+        from cdi.cli.localsystem import stop_process  # noqa: PLC0415
+
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout=15)

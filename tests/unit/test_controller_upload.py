@@ -11,13 +11,13 @@ from cryptography import x509
 
 from cdi.api import names
 from cdi.controller import certs
-from cdi.controller.status import Event, claim_update, dv_status
+from cdi.controller.status import Event
 from cdi.controller.upload import (
     DEADLINE, Signers, is_upload_claim, pod_name, server_hosts, upload_pod, upload_secret, upload_service,
     wants_upload_pod,
 )
 from importer import contract
-from tests.unit.test_controller_status import conditions, pod, running, terminated, tick, waiting
+from tests.unit.test_controller_status import Import, conditions, pod, running, terminated, waiting
 
 IMAGE = "quay.io/kubevirt/cdi-uploadserver:v1"
 WHEN = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.timezone.utc)
@@ -140,30 +140,12 @@ def test_an_import_claim_is_no_upload_claim():
     assert DEADLINE == datetime.timedelta(hours=12)
 
 
-class Upload:
+class Upload(Import):
     """One upload DataVolume and its PVC, advanced as the controller's handlers do."""
 
     def __init__(self) -> None:
-        self.dv = {"metadata": {"name": "win-disk", "namespace": "vms", "uid": "dv-uid"}, "spec": {}}
+        super().__init__()
         self.pvc = claim()
-        self.events: list[Event] = []
-        self.pvc_events: list[Event] = []
-        self.pod_deleted = False
-
-    def pod(self, body: dict) -> None:
-        update = claim_update(self.pvc, body)
-        notes = self.pvc["metadata"]["annotations"]
-        for key, value in update.annotations.items():
-            if value is None:
-                notes.pop(key, None)
-            else:
-                notes[key] = value
-        self.pvc_events, self.pod_deleted = update.events, update.delete_pod
-
-    def status(self) -> dict:
-        update = dv_status(self.dv, pvc=self.pvc, now=tick())
-        self.dv["status"], self.events = update.status, update.events
-        return update.status
 
 
 def ready(body: dict, value: bool = True) -> dict:
