@@ -57,9 +57,12 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         pidfile.write_text(f"{os.getpid()}\n")
-        print(json.dumps({"url": local.url, "kubeconfig": str(local.kubeconfig)}) if args.json else
+        print(json.dumps({"url": local.url, "kubeconfig": str(local.kubeconfig), "uploadProxyURL": local.upload.url})
+              if args.json else
               f"kubecdi is running: API {local.url}\n  export KUBECONFIG={local.kubeconfig}\n"
-              f"  controller log: {local.controller_log}\nCtrl-C or `cdi local --down` stops it.", flush=True)
+              f"  controller log: {local.controller_log}\n"
+              f"  upload proxy: {local.upload.url} (CA {local.upload.proxy_ca}; log {local.upload.log})\n"
+              "Ctrl-C or `cdi local --down` stops it.", flush=True)
         stop.wait()
     finally:
         pidfile.unlink(missing_ok=True)
