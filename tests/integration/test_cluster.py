@@ -16,29 +16,11 @@ import requests
 
 from localkube.cluster import Cluster, ClusterUnavailable
 from localkube.storage import host_capabilities_missing
-from localkube.storage.hostvolumes import loops_of, mounts_under
 from tests.fixtures.localkube_api import KUBECTL
 from tests.fixtures.localkube_cluster import ClusterAPI, claim_volume, pod_manifest, pvc_manifest, wait_for
+from tests.support.hoststate import force_release, leftovers
 
 pytestmark = pytest.mark.root
-
-
-def leftovers(workdir: Path) -> tuple[list[str], list[str]]:
-    """(mount points, loop devices) of this workdir, as the machine reports them."""
-    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
-              if str(workdir) in line.split()[4]]
-    loops = [line for line in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout.splitlines()
-             if str(workdir) in line]
-    return mounts, loops
-
-
-def force_release(workdir: Path) -> None:
-    """What a failed test must not leave on the machine (a passing one leaves nothing to do here)."""
-    for point in mounts_under(workdir):
-        subprocess.run(["umount", "--lazy", str(point)], check=False)
-    for image in (workdir / "volumes").glob("*.img"):
-        for device in loops_of(image):
-            subprocess.run(["losetup", "-d", device], check=False)
 
 
 def alive(pid: int) -> bool:
