@@ -172,8 +172,7 @@ def _text(status: int, text: str) -> web.Response:
     return web.Response(status=status, text=text.translate(_GO_ESCAPES))
 
 
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdi-uploadproxy", description=__doc__.split("\n")[0])
     parser.add_argument("--listen-address", default=c.DEFAULT_LISTEN_ADDRESS)
     parser.add_argument("--port", type=int, default=c.DEFAULT_PORT)
@@ -193,7 +192,12 @@ def main(argv: list[str] | None = None) -> int:
                                 "X-Remote-User/Group and checked with a SubjectAccessReview (without it, any "
                                 "caller that reaches the port gets tokens: keep the port private)")
     parser.add_argument("-v", dest="verbosity", default="1", help="log verbosity (accepted for CDI's pod args)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    args = build_parser().parse_args(argv)
     signing_key = None
     if args.token_signing_key:
         loaded = serialization.load_pem_private_key(Path(args.token_signing_key).read_bytes(), password=None)

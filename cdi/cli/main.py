@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cdi.cli import imageupload, importcmd, local
+from cdi.cli import imageupload, importcmd, local, uploadpki
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -13,6 +13,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     importcmd.register(commands)
     imageupload.register(commands)
+    uploadpki.register(commands)
     local.register(commands)
     args = parser.parse_args(argv)
     return int(args.run(args))
