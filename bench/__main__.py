@@ -1,10 +1,12 @@
-"""`python -m bench [importer|sources] [options]` — runs the benchmarks (all of them when none is named)."""
+"""`python -m bench [importer|sources|datavolumes|localkube] [options]` — runs the benchmarks (all of them when
+none is named)."""
 
 import sys
 
-from bench import importer, sources
+from bench import datavolumes, importer, localkube_scale, sources
 
-BENCHES = {"importer": importer.main, "sources": sources.main}
+BENCHES = {"importer": importer.main, "sources": sources.main, "datavolumes": datavolumes.main,
+           "localkube": localkube_scale.main}
 
 if __name__ == "__main__":
     args = sys.argv[1:]

@@ -94,12 +94,12 @@ async def run(url: str, objects: int, watchers: int, concurrency: int) -> dict[s
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench localkube", description=__doc__)
     parser.add_argument("--objects", type=int, default=1000)
     parser.add_argument("--watchers", type=int, default=50)
     parser.add_argument("--concurrency", type=int, default=20)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     server = subprocess.Popen([sys.executable, "-m", "localkube.apiserver"], stdout=subprocess.PIPE, text=True)
     try:
         url = server.stdout.readline().strip()
@@ -113,7 +113,8 @@ def main() -> None:
         server.wait(timeout=30)
     for name, value in results.items():
         print(f"{name:>15}: {value}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

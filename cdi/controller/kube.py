@@ -7,6 +7,7 @@ from the kubernetes package's kubeconfig/in-cluster loading.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import requests
@@ -48,6 +49,12 @@ class Kube:
             config.load_incluster_config(client_configuration=configuration)
         except config.ConfigException:
             config.load_kube_config(client_configuration=configuration)
+        return cls(configuration)
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str | os.PathLike[str]) -> Kube:
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
         return cls(configuration)
 
     def _call(self, method: str, url_path: str, **kwargs: Any) -> requests.Response:

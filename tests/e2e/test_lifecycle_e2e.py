@@ -72,7 +72,9 @@ def test_retry_limit_from_the_datavolume(cdi: CDISystem, images: ImageSet, fault
     message = conditions(dv)["Running"]["message"]
     assert message.startswith("Unable to process data: TransferFailed: "), message
     assert message.endswith("(importer pod failed 2 times; retry limit 1 reached)"), message
-    assert dv["status"]["restartCount"] == 1
+    # With the tests' 0.2 s kubelet back-off the container may start once more before the controller deletes it.
+    assert dv["status"]["restartCount"] in (1, 2)
+    assert importer_pod(cdi, "give-up") is None
 
 
 def test_wait_for_first_consumer(cdi: CDISystem, images: ImageSet, fault_server: FaultServer) -> None:
