@@ -119,10 +119,15 @@ class LocalCDI:
         self.stop()
 
 
+def crd_documents() -> dict[str, dict]:
+    """The CustomResourceDefinitions of crds/ by file name (its kustomization.yaml is not one)."""
+    documents = {p.name: yaml.safe_load(p.read_text()) for p in sorted(CRD_DIR.glob("*.yaml"))}
+    return {name: d for name, d in documents.items() if d.get("kind") == "CustomResourceDefinition"}
+
+
 def install_crds(url: str, *, timeout: float = 30) -> None:
     """Creates (or keeps) every CRD of crds/ and waits until each serves its resource."""
-    documents = (yaml.safe_load(p.read_text()) for p in sorted(CRD_DIR.glob("*.yaml")))
-    crds = [d for d in documents if d.get("kind") == "CustomResourceDefinition"]  # not kustomization.yaml
+    crds = list(crd_documents().values())
     if not crds:
         raise NotReady(f"no CRDs in {CRD_DIR}: cdi local runs from a clone of the repository")
     base = f"{url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions"

@@ -12,12 +12,12 @@ import pytest
 import yaml
 
 from cdi.api import names
+from cdi.cli.localsystem import crd_documents
 from localkube.apiserver.schema import check
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 MANIFESTS = ROOT / "tests" / "data" / "manifests" / "datavolumes"
-CRDS = {yaml.safe_load(p.read_text())["metadata"]["name"]: yaml.safe_load(p.read_text())
-        for p in (ROOT / "crds").glob("*.yaml")}
+CRDS = {crd["metadata"]["name"]: crd for crd in crd_documents().values()}
 
 # (plural, kind, scope, shortNames, categories) exactly as CDI serves them.
 EXPECTED = [

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from cdi.api import names
+from cdi.cli.localsystem import crd_documents
 from tests.fixtures.localkube_api import KUBECTL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,8 +26,7 @@ def rendered() -> dict[tuple[str, str], dict]:
 
 
 def test_every_crd_of_the_repository_is_deployed(rendered: dict) -> None:
-    ours = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in (ROOT / "crds").glob("*.yaml")
-            if p.name != "kustomization.yaml"}
+    ours = {crd["metadata"]["name"] for crd in crd_documents().values()}
     assert ours == {name for kind, name in rendered if kind == "CustomResourceDefinition"}
     assert "datavolumes.cdi.kubevirt.io" in ours
 
