@@ -1,8 +1,11 @@
-"""A loop block device over a sparse backing file, as the benchmark's block target."""
+"""A loop block device over a sparse backing file, as the benchmark's block target, and an ext4 filesystem on
+one, made as localkube provisions a Filesystem volume (a fair target to compare a DataVolume with)."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -24,3 +27,23 @@ class LoopDevice:
     def close(self) -> None:
         subprocess.run(["losetup", "-d", str(self.path)], check=False)
         self.backing.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def ext4_volume(backing: Path, *, size: int) -> Iterator[Path]:
+    """A directory on a fresh ext4 filesystem over a loop device, unmounted and detached afterwards."""
+    loop = LoopDevice(backing, size=size)
+    mountpoint = backing.with_suffix(".mnt")
+    try:
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0",
+                        str(loop.path)], check=True)
+        mountpoint.mkdir()
+        subprocess.run(["mount", str(loop.path), str(mountpoint)], check=True)
+        try:
+            yield mountpoint
+        finally:
+            subprocess.run(["umount", str(mountpoint)], check=False)
+    finally:
+        loop.close()
+        with contextlib.suppress(OSError):
+            mountpoint.rmdir()
