@@ -1,5 +1,6 @@
 """The container image's install steps, run for real on this Debian machine (no container engine here)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -28,5 +29,8 @@ def test_install_script_produces_working_programs(tmp_path):
     failed = subprocess.run([str(prefix / "bin/cdi-importer")], capture_output=True, text=True,
                             env={"IMPORTER_SOURCE": "bogus", "IMPORTER_TERMINATION_LOG": str(tmp_path / "term"),
                                  "IMPORTER_METRICS_PORT": "0", "IMPORTER_DATA_DIR": str(tmp_path)})
-    assert failed.returncode == 1
-    assert (tmp_path / "term").read_text() == "Unable to process data: InvalidArgument: Unknown data source: bogus"
+    assert failed.returncode == 0, "a permanent failure: CDI's exit-0 JSON form, never restarted"
+    assert json.loads((tmp_path / "term").read_text()) == {
+        "message": "Unable to process data: InvalidArgument: Unknown data source: bogus"}
+    for program in ("cdi-controller", "cdi-uploadserver", "cdi-uploadproxy"):  # the Dockerfile's entry points
+        assert (prefix / "bin" / program).exists(), program

@@ -8,6 +8,7 @@ import pytest
 
 from cdi.api import names
 from cdi.cli.localsystem import crd_documents
+from tests.fixtures.deploy import DEPLOY
 
 
 
@@ -64,3 +65,15 @@ def test_the_controller_may_do_what_it_does(rendered: dict, group: str, resource
     binding = rendered[("ClusterRoleBinding", "cdi-deployment")]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "cdi-deployment", "namespace": "cdi"}]
     assert _grants(rendered[("ClusterRole", binding["roleRef"]["name"])], group, resource, verb)
+
+
+def test_worker_images_are_dockerfile_targets_with_their_program(rendered: dict) -> None:
+    """Worker pods set no command (CDI's shapes), so each worker image must start its program itself."""
+    env = {e["name"]: e.get("value") for e in
+           rendered[("Deployment", "cdi-deployment")]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    dockerfile = (DEPLOY.parent / "Dockerfile").read_text()
+    for variable, target, program in ((names.ENV_IMPORTER_IMAGE, "importer", "cdi-importer"),
+                                      (names.ENV_UPLOADSERVER_IMAGE, "uploadserver", "cdi-uploadserver")):
+        assert env[variable].rsplit(":", 1)[0].endswith("/" + program)  # also what localkube maps to the program
+        stage = dockerfile.split(f" AS {target}\n", 1)[1].split("FROM ", 1)[0]
+        assert f'ENTRYPOINT ["{program}"]' in stage
