@@ -72,7 +72,7 @@ class LocalCDI:
         """Starts the controller and returns once it has published its config and webhook."""
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), names.ENV_IMPORTER_IMAGE: IMPORTER_IMAGE,
                names.ENV_PULL_POLICY: "IfNotPresent", names.ENV_WEBHOOK_HOST: "127.0.0.1",
-               names.ENV_WEBHOOK_PORT: str(_free_port()),
+               names.ENV_WEBHOOK_PORT: str(free_port()),
                **self.upload.controller_env(), **self.controller_env}
         with self.controller_log.open("ab") as log:
             self.controller = subprocess.Popen([sys.executable, "-m", "cdi.controller"], env=env, stdout=log,
@@ -157,7 +157,7 @@ def stop_process(process: subprocess.Popen[bytes] | None, *, kill: bool = False,
         process.wait()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     import socket  # noqa: PLC0415
 
     with socket.socket() as s:

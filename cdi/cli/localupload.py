@@ -79,10 +79,10 @@ class UploadPlane:
 
     def start(self, *, api_url: str, kubeconfig: Path, timeout: float = 30) -> None:
         """Starts the proxy and token API, registers the APIService, and returns once both answer."""
-        from cdi.cli.localsystem import _free_port  # noqa: PLC0415 - one helper for every local port
+        from cdi.cli.localsystem import free_port  # noqa: PLC0415 - one helper for every local port
 
         self._write_pki()
-        self.port, self.api_port = _free_port(), _free_port()
+        self.port, self.api_port = free_port(), free_port()
         env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
