@@ -64,7 +64,7 @@ class Hashes:
                 digest.update(chunk)
 
     def update(self, chunk: bytes) -> None:
-        if self._hashes:
+        if self._thread.is_alive():
             self._queue.put(chunk)
 
     def close(self) -> None:

@@ -1,7 +1,8 @@
 """Compression detected by magic and peeled off in a chain (a .xz of a .gz is two layers).
 
 CDI knows gzip, xz and zstd; we add bzip2. Every layer is read through a bounded ``read(n)``, so a
-decompression bomb costs time, never memory; the target's capacity stops it (TargetTooSmall).
+decompression bomb costs time, never memory; the target's capacity stops it (TargetTooSmall). Each layer
+runs in a thread of its own, overlapping with the download and the writes (see :mod:`importer.prefetch`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import BinaryIO
 import zstandard
 
 from importer.errors import ImportFailed, Reason
+from importer.prefetch import ahead
 
 MAGICS = {
     "gz": b"\x1f\x8b",
@@ -117,4 +119,4 @@ def decompressed(chunks: Iterable[bytes]) -> tuple[list[str], Iterator[bytes]]:
         if len(layers) >= MAX_LAYERS:
             raise ImportFailed(Reason.UnsupportedFormat, f"more than {MAX_LAYERS} nested compression layers")
         layers.append(kind)
-        stream = _inflate(kind, peeked)
+        stream = ahead(_inflate(kind, peeked), name=f"inflate-{kind}")

@@ -22,6 +22,7 @@ from importer.contract import CONTENT_ARCHIVE, SOURCE_NONE
 from importer.decompress import decompressed
 from importer.errors import ImportFailed, Reason
 from importer.formats import STRAIGHT, HeaderCollector, ImageInfo, StreamChecker, inspect
+from importer.prefetch import ahead
 from importer.progress import RESIZING, Progress
 from importer.sink import RawWriter
 from importer.sources import open_source
@@ -76,7 +77,7 @@ def run_import(request: ImportRequest, *, progress: Progress | None = None, sour
     hashes = Hashes(expected, report_sha256=request.report_sha256)
     try:
         transfer = Transfer(source, retry=request.retry)
-        layers, plain = decompressed(_tapped(transfer, hashes, progress))
+        layers, plain = decompressed(ahead(_tapped(transfer, hashes, progress), name="receive"))
         if request.content_type == CONTENT_ARCHIVE:
             return _archive(plain, target, transfer=transfer, hashes=hashes, layers=layers, started=started,
                             progress=progress)

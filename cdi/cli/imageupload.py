@@ -17,8 +17,8 @@ from typing import Any
 from cdi.api import names
 
 
-def register(commands: Any) -> None:
-    p = commands.add_parser("image-upload", help="upload a local disk image into a DataVolume or PVC (as virtctl)",
+def register(commands: Any, name: str) -> None:
+    p = commands.add_parser(name, help="upload a local disk image into a DataVolume or PVC (as virtctl)",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("kind", choices=["dv", "pvc"], help="upload into a DataVolume or a bare PVC")
     p.add_argument("name", help="DataVolume/PVC name")

@@ -21,8 +21,8 @@ DEFAULT_WORKDIR = Path.home() / ".kubecdi" / "local"
 PIDFILE = "cdi-local.pid"
 
 
-def register(commands: Any) -> None:
-    p = commands.add_parser("local", help="run kubecdi on this machine (an embedded cluster) until interrupted",
+def register(commands: Any, name: str) -> None:
+    p = commands.add_parser(name, help="run kubecdi on this machine (an embedded cluster) until interrupted",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR,
                    help=f"volumes, pod files, logs and the pid file (default: {DEFAULT_WORKDIR})")

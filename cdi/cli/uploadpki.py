@@ -36,8 +36,8 @@ API_SERVICE = "cdi-api-upload"
 REQUESTHEADER_CA = "cdi-requestheader-ca"
 
 
-def register(commands: Any) -> None:
-    p = commands.add_parser("upload-pki", help="create the upload path's keys and certificates in a cluster (once)",
+def register(commands: Any, name: str) -> None:
+    p = commands.add_parser(name, help="create the upload path's keys and certificates in a cluster (once)",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--namespace", default="cdi", help="kubecdi's namespace (default: cdi)")
     p.set_defaults(run=run)
