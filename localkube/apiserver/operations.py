@@ -141,7 +141,9 @@ class Operations:
         if dry_run:
             return obj
         self._before_write(rtype, obj)
-        return self.store.write(rtype.key, obj, old=None)
+        written = self.store.write(rtype.key, obj, old=None)
+        self._collect_if_ownerless(rtype.key, written)
+        return written
 
     # -- update, patch ----------------------------------------------------------------------------------------
 
@@ -238,6 +240,8 @@ class Operations:
         written = self.store.write(rtype.key, obj, old=old)
         if meta.get("deletionTimestamp"):
             self._finish_foreground(rtype.key, written)
+        elif meta.get("ownerReferences") != old["metadata"].get("ownerReferences"):
+            self._collect_if_ownerless(rtype.key, written)
         return written
 
     # -- delete -----------------------------------------------------------------------------------------------
@@ -309,6 +313,13 @@ class Operations:
             if ns is not None and ns["metadata"].get("deletionTimestamp"):
                 self._finish_namespace(ns)
         return gone
+
+    def _collect_if_ownerless(self, key: tuple[str, str], obj: Obj) -> None:
+        """Background GC of an object whose owners are all gone: also one created (or given its owners) after
+        they went, as a controller acting on a stale view of a deleted owner does."""
+        refs = obj["metadata"].get("ownerReferences") or ()
+        if refs and all(self.store.by_uid(ref.get("uid", "")) is None for ref in refs):
+            self.delete_now(key, obj)
 
     def _dependents(self, uid: str) -> list[tuple[tuple[str, str], Obj]]:
         return [(key, obj) for key in self.store.keys() for obj in self.store.list(key)

@@ -154,6 +154,23 @@ def test_foreground_deletion_waits_for_blocking_dependents(core):
     assert [c.metadata.name for c in core.list_namespaced_config_map("default").items] == []
 
 
+def test_dependents_of_an_owner_already_gone_are_collected(core):
+    """A controller acting on a stale view creates a child for a deleted owner: the GC removes it, as Kubernetes'
+    does; a child with one owner left, or given only a live owner, stays."""
+    owner = core.create_namespaced_config_map("default", configmap("owner"))
+    live = core.create_namespaced_config_map("default", configmap("live"))
+    core.delete_namespaced_config_map("owner", "default")
+    gone_ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid}
+    live_ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "live", "uid": live.metadata.uid}
+    core.create_namespaced_config_map("default", {"metadata": {"name": "late", "ownerReferences": [gone_ref]}})
+    core.create_namespaced_config_map("default", {"metadata": {"name": "shared",
+                                                               "ownerReferences": [gone_ref, live_ref]}})
+    core.create_namespaced_config_map("default", {"metadata": {"name": "moved", "ownerReferences": [live_ref]}})
+    core.patch_namespaced_config_map("moved", "default", [{"op": "replace", "path": "/metadata/ownerReferences",
+                                                           "value": [gone_ref]}])
+    assert sorted(c.metadata.name for c in core.list_namespaced_config_map("default").items) == ["live", "shared"]
+
+
 def test_events_in_both_api_groups_share_storage(apiserver, core):
     core.create_namespaced_event("default", {
         "metadata": {"name": "e1"}, "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
