@@ -1,12 +1,12 @@
-"""`python -m bench [importer|sources|datavolumes|localkube] [options]` — runs the benchmarks (all of them when
+"""`python -m bench [importer|sources|datavolumes|localkube|upload] [options]` — runs the benchmarks (all of them when
 none is named)."""
 
 import sys
 
-from bench import datavolumes, importer, localkube_scale, sources
+from bench import datavolumes, importer, localkube_scale, sources, upload
 
 BENCHES = {"importer": importer.main, "sources": sources.main, "datavolumes": datavolumes.main,
-           "localkube": localkube_scale.main}
+           "localkube": localkube_scale.main, "upload": upload.main}
 
 if __name__ == "__main__":
     args = sys.argv[1:]

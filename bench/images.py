@@ -18,19 +18,29 @@ DECOMPRESSORS = {"zst": "zstd -dc", "gz": "gzip -dc", "xz": "xz -dc"}
 _COMPRESSORS = {"zst": "zstd -q -3 -T0 -c", "gz": "pigz -6 -c", "xz": "xz -3 -T2 -c"}
 
 
-def make_qcow2(folder: Path, *, virtual: int, scratch: Path) -> Path:
-    """A qcow2 of ``virtual`` bytes, half of them random data: 4 MiB chunks alternating with 4 MiB holes.
+def make_raw(path: Path, *, virtual: int) -> Path:
+    """A sparse raw disk of ``virtual`` bytes, half of them random data: 4 MiB chunks alternating with 4 MiB holes.
 
     Random data cannot be compressed or deduplicated away, so every import moves the full half.
     """
-    raw = scratch / f"src-{virtual >> 30}g.raw"
+    with path.open("wb") as f:
+        f.truncate(virtual)
+        for offset in range(0, virtual, 2 * _CHUNK):
+            f.seek(offset)
+            f.write(os.urandom(min(_CHUNK, virtual - offset)))
+    return path
+
+
+def size_name(size: int) -> str:
+    """``4g`` or ``256m``: image sizes in file and case names."""
+    return f"{size >> 30}g" if size % GiB == 0 else f"{size >> 20}m"
+
+
+def make_qcow2(folder: Path, *, virtual: int, scratch: Path) -> Path:
+    """A qcow2 of :func:`make_raw`'s disk."""
+    raw = make_raw(scratch / f"src-{size_name(virtual)}.raw", virtual=virtual)
     try:
-        with raw.open("wb") as f:
-            f.truncate(virtual)
-            for offset in range(0, virtual, 2 * _CHUNK):
-                f.seek(offset)
-                f.write(os.urandom(_CHUNK))
-        out = folder / f"disk{virtual >> 30}g.qcow2"
+        out = folder / f"disk{size_name(virtual)}.qcow2"
         subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw), str(out)], check=True)
     finally:
         raw.unlink(missing_ok=True)

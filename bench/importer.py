@@ -16,17 +16,15 @@ import argparse
 import contextlib
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from types import FrameType
 
 from bench import images
 from bench.images import GiB, MiB
 from bench.loopdev import LoopDevice
-from bench.measure import data_bytes, medians, peak_rss, sh
+from bench.measure import data_bytes, exit_on_sigterm, medians, peak_rss, sh
 from bench.report import Figure, markdown, write_json
 from tests.support.certs import make_ca
 from tests.support.nginx import NginxServer
@@ -111,10 +109,6 @@ def footprint(nginx: NginxServer, image: Path, *, dest: Path) -> list[Figure]:
             Figure(case, "allocated / non-zero", round(allocated / max(nonzero, 1), 3), goal="≤ 1.05")]
 
 
-def _stop(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # unwinds through the finally blocks: loop detached, nginx stopped
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench importer", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -127,7 +121,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work dir")
     parser.add_argument("--json-out", type=Path, help="also write the figures here as JSON")
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _stop)
+    exit_on_sigterm()
     work = Path(tempfile.mkdtemp(prefix="kubecdi-bench-", dir=args.workdir))
     dest = args.dest or work / "pvc"
     dest.mkdir(parents=True, exist_ok=True)

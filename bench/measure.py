@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import statistics
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 BLOCK = 4096
 _ZERO_BLOCK = bytes(BLOCK)
@@ -17,6 +19,15 @@ _ZERO_BLOCK = bytes(BLOCK)
 def sh(cmd: str) -> None:
     """One shell pipeline; pipefail so a failing curl is not hidden by the decompressor after it."""
     subprocess.run(["bash", "-c", f"set -o pipefail; {cmd}"], check=True, stdout=subprocess.DEVNULL)
+
+
+def _exit(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def exit_on_sigterm() -> None:
+    """A SIGTERM unwinds through the finally blocks, so servers are stopped and loop devices detached."""
+    signal.signal(signal.SIGTERM, _exit)
 
 
 def medians(variants: dict[str, Callable[[], None]], *, setup: Callable[[], None], runs: int) -> dict[str, float]:

@@ -23,11 +23,14 @@ http {{
   access_log off; sendfile on; default_type application/octet-stream;
   client_body_temp_path {dir}/tmp/body; proxy_temp_path {dir}/tmp/proxy; fastcgi_temp_path {dir}/tmp/fcgi;
   uwsgi_temp_path {dir}/tmp/uwsgi; scgi_temp_path {dir}/tmp/scgi;
-  server {{ listen 127.0.0.1:{http_port}; root {root}; }}
-  server {{ listen 127.0.0.1:{https_port} ssl; root {root};
+  server {{ listen 127.0.0.1:{http_port}; root {root}; {uploads} }}
+  server {{ listen 127.0.0.1:{https_port} ssl; root {root}; {uploads}
            ssl_certificate {cert}; ssl_certificate_key {key}; }}
 }}
 """
+# PUT stores the body under root: written to client_body_temp_path as it arrives, then renamed into place
+# (same filesystem), in 1 MiB writes rather than nginx's default 16 KiB.
+_UPLOADS = "dav_methods PUT; client_max_body_size 0; client_body_buffer_size 1m;"
 
 
 def _free_port() -> int:
@@ -45,9 +48,10 @@ def _listening(port: int) -> bool:
 
 
 class NginxServer:
-    """``root`` is the directory served; put files there (or :meth:`publish` them) and fetch ``url(name)``."""
+    """``root`` is the directory served; put files there (or :meth:`publish` them) and fetch ``url(name)``.
+    With ``uploads``, a PUT of any size stores its body as that file (a scratch-volume receiver)."""
 
-    def __init__(self, workdir: Path, *, cert: Path, key: Path) -> None:
+    def __init__(self, workdir: Path, *, cert: Path, key: Path, uploads: bool = False) -> None:
         self.root = workdir / "www"
         self.root.mkdir(parents=True)
         for temp in ("body", "proxy", "fcgi", "uwsgi", "scgi"):
@@ -58,7 +62,8 @@ class NginxServer:
             self.http_port, self.https_port = _free_port(), _free_port()
             config = workdir / "nginx.conf"
             config.write_text(_CONFIG.format(dir=workdir, root=self.root, cert=cert, key=key,
-                                             http_port=self.http_port, https_port=self.https_port))
+                                             http_port=self.http_port, https_port=self.https_port,
+                                             uploads=_UPLOADS if uploads else ""))
             with (workdir / "error.log").open("ab") as stderr:  # startup errors come before the log is open
                 self._process = subprocess.Popen(["nginx", "-c", str(config), "-p", str(workdir)],
                                                  stdout=subprocess.DEVNULL, stderr=stderr)
