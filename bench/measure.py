@@ -123,7 +123,7 @@ def peak_rss(cmd: Sequence[str]) -> PeakRss:
 
 def _nonzero(chunk: memoryview) -> int:
     blocks = (chunk[at : at + BLOCK] for at in range(0, len(chunk), BLOCK))
-    return sum(len(block) for block in blocks if block != _ZERO_BLOCK[: len(block)])
+    return sum(len(block) for block in blocks if not _ZERO_BLOCK.startswith(block))
 
 
 def data_bytes(path: Path) -> tuple[int, int]:
