@@ -17,17 +17,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from bench import images
 from bench.images import GiB, MiB
 from bench.loopdev import LoopDevice
-from bench.measure import data_bytes, exit_on_sigterm, medians, peak_rss, sh
-from bench.report import Figure, markdown, write_json
+from bench.measure import data_bytes, exit_on_sigterm, medians, peak_rss, sh, work_dir
+from bench.report import Figure, publish
 from tests.support.certs import make_ca
 from tests.support.nginx import NginxServer
 
@@ -124,11 +122,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json-out", type=Path, help="also write the figures here as JSON")
     args = parser.parse_args(argv)
     exit_on_sigterm()
-    work = Path(tempfile.mkdtemp(prefix="kubecdi-bench-", dir=args.workdir))
-    dest = args.dest or work / "pvc"
-    dest.mkdir(parents=True, exist_ok=True)
     figures: list[Figure] = []
-    try:
+    with work_dir(args.workdir, prefix="kubecdi-bench-", keep=args.keep) as work:
+        dest = args.dest or work / "pvc"
+        dest.mkdir(parents=True, exist_ok=True)
         ca = make_ca(work / "tls")
         nginx = NginxServer(work / "nginx", cert=ca.server_cert, key=ca.server_key)
         try:
@@ -142,12 +139,5 @@ def main(argv: list[str]) -> int:
             figures += footprint(nginx, qcow2s[-1], dest=dest)
         finally:
             nginx.close()
-    finally:
-        if args.keep:
-            print(f"kept {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    print(markdown(figures))
-    if args.json_out:
-        write_json(figures, args.json_out)
+    publish(figures, json_out=args.json_out)
     return 0

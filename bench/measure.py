@@ -2,18 +2,35 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import statistics
 import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
 BLOCK = 4096
 _ZERO_BLOCK = bytes(BLOCK)
+
+
+@contextlib.contextmanager
+def work_dir(parent: Path, *, prefix: str, keep: bool) -> Iterator[Path]:
+    """A fresh directory for one benchmark's images, servers and targets; removed afterwards unless kept."""
+    work = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    try:
+        yield work
+    finally:
+        if keep:
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def sh(cmd: str) -> None:

@@ -37,3 +37,10 @@ def markdown(figures: list[Figure]) -> str:
 
 def write_json(figures: list[Figure], path: Path) -> None:
     path.write_text(json.dumps([{**asdict(f), "passed": f.passed} for f in figures], indent=1, ensure_ascii=False))
+
+
+def publish(figures: list[Figure], *, json_out: Path | None) -> None:
+    """The table on stdout, and the JSON file when one was asked for."""
+    print(markdown(figures))
+    if json_out:
+        write_json(figures, json_out)

@@ -25,17 +25,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from bench import images
 from bench.images import GiB, MiB
-from bench.measure import exit_on_sigterm, medians, sh
-from bench.report import Figure, markdown, write_json
+from bench.measure import exit_on_sigterm, medians, sh, work_dir
+from bench.report import Figure, publish
 from tests.fixtures.upload import (NAMESPACE, PVC, AppThread, UploadServerProcess, launch_upload_server,
                                    make_upload_pki, upload_pvc)
 from tests.support.nginx import NginxServer
@@ -162,25 +160,17 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     exit_on_sigterm()
     raw_size, qcow2_size = (256 * MiB, 256 * MiB) if args.quick else (4 * GiB, 1 * GiB)
-    work = Path(tempfile.mkdtemp(prefix="kubecdi-bench-upload-", dir=args.workdir))
     figures: list[Figure] = []
-    try:
-        with contextlib.ExitStack() as stack:
-            plane = UploadPlane(work)
-            stack.callback(plane.close)
-            nginx = NginxServer(work / "nginx", cert=plane.pki.server_cert, key=plane.pki.server_key, uploads=True)
-            stack.callback(nginx.close)
-            print(f"building images in {work} ...", file=sys.stderr)
-            raw = images.make_raw(work / f"disk{images.size_name(raw_size)}.raw", virtual=raw_size)
-            qcow2 = images.make_qcow2(work, virtual=qcow2_size, scratch=work)
-            figures += upload_case(raw, plane=plane, nginx=None, runs=args.runs)
-            figures += upload_case(qcow2, plane=plane, nginx=nginx, runs=args.runs)
-    finally:
-        if args.keep:
-            print(f"kept {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    print(markdown(figures))
-    if args.json_out:
-        write_json(figures, args.json_out)
+    with work_dir(args.workdir, prefix="kubecdi-bench-upload-", keep=args.keep) as work, \
+            contextlib.ExitStack() as stack:
+        plane = UploadPlane(work)
+        stack.callback(plane.close)
+        nginx = NginxServer(work / "nginx", cert=plane.pki.server_cert, key=plane.pki.server_key, uploads=True)
+        stack.callback(nginx.close)
+        print(f"building images in {work} ...", file=sys.stderr)
+        raw = images.make_raw(work / f"disk{images.size_name(raw_size)}.raw", virtual=raw_size)
+        qcow2 = images.make_qcow2(work, virtual=qcow2_size, scratch=work)
+        figures += upload_case(raw, plane=plane, nginx=None, runs=args.runs)
+        figures += upload_case(qcow2, plane=plane, nginx=nginx, runs=args.runs)
+    publish(figures, json_out=args.json_out)
     return 0
