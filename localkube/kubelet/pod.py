@@ -124,7 +124,8 @@ class PodWorker:
     async def _run(self) -> None:
         writer = asyncio.create_task(self._write_status())
         try:
-            await self.kubelet.schedule(self)
+            if not await self.kubelet.schedule(self):
+                return
             self.started_at = now()
             self._condition("PodScheduled", True)
             self._condition("Initialized", self.initialized)
