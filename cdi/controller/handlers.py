@@ -1,10 +1,13 @@
 """The controller process: kopf handlers that fetch, call the pure functions and apply their answer.
 
-Event-driven: a change to a DataVolume, its PVC or its importer pod reconciles that DataVolume. The only
-periodic work is scraping progress of running imports. Raw watch events (``on.event``) are used on purpose:
-they need no finalizers and no kopf bookkeeping annotations on users' objects. Every decision is recomputed
-from the objects themselves, and generated names are deterministic, so a restarted controller picks up where
-the previous one stopped without creating a second importer pod.
+Event-driven: a change to a DataVolume, its PVC or its importer pod queues that DataVolume for a reconcile
+(a coalescing work queue: a burst of events is one reconcile, and one DataVolume is never reconciled twice at
+once). Events carrying an object exactly as the last reconcile left it are dropped, so the controller's own
+writes do not wake it again. The only periodic work is scraping the progress of running imports. Raw watch
+events (``on.event``) are used on purpose: they need no finalizers and no kopf bookkeeping annotations on
+users' objects. Every decision is recomputed from the objects themselves, and generated names are
+deterministic, so a restarted controller picks up where the previous one stopped without creating a second
+importer pod.
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ import datetime
 import logging
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import kopf
+import requests
 
 from cdi.api import names
 from cdi.api.spec import Obj, annotations, meta
@@ -27,14 +32,23 @@ from cdi.controller import certs, upload
 from cdi.controller.config import cdi_config_status, max_restarts, storage_profile
 from cdi.controller.importer_pod import importer_pod, is_import_claim, pod_name, wants_importer_pod
 from cdi.controller.kube import Kube, path
-from cdi.controller.progress import scrape_progress
+from cdi.controller.memory import Recent, Seen
+from cdi.controller.progress import owner_uid, scrape_progress
 from cdi.controller.pvc import (
     ClaimAction, ClaimNotValid, adopted_pvc_patch, claim_action, conflict_message, render_pvc,
 )
-from cdi.controller.status import WARNING, Event, claim_update, dv_status
+from cdi.controller.status import WARNING, Event, claim_update, dv_status, event_object
+from cdi.controller.workqueue import WorkQueue
 
 log = logging.getLogger("cdi-controller")
 PROGRESS_INTERVAL = 2.0
+# Reconciles wait on the API server far more than they compute: a few threads keep it busy, and kopf's own
+# executor stays free for the admission webhook, whose caller times out.
+RECONCILE_WORKERS = 4
+CLUSTER_CONFIG_TTL = 1.0  # seconds a reconcile may use CDIConfig, StorageClasses and StorageProfiles read before
+
+DATAVOLUME, UPLOAD_CLAIM = "DataVolume", "upload PVC"
+Key = tuple[str, str, str]  # (DATAVOLUME or UPLOAD_CLAIM, namespace, name)
 
 
 @dataclass
@@ -60,6 +74,11 @@ class Settings:
 
 _kube: Kube | None = None
 _settings = Settings()
+_queue: WorkQueue[Key] = WorkQueue()
+_seen = Seen()
+_recent = Recent(CLUSTER_CONFIG_TTL)
+_running: dict[tuple[str, str], Obj] = {}  # (namespace, DataVolume): its importer pod while it runs
+_progress: dict[tuple[str, str], str] = {}  # (namespace, DataVolume): progress scraped since it ran
 
 
 def kube() -> Kube:
@@ -91,6 +110,16 @@ def _config() -> Obj | None:
     return kube().get(_cdi(names.CDICONFIGS, name=names.CDICONFIG_NAME))
 
 
+def _post_events(involved: Obj, events: list[Event]) -> None:
+    """Events are for people: one that cannot be posted is logged, and the reconcile goes on."""
+    for event in events:
+        try:
+            kube().create(_core("events", namespace=meta(involved).get("namespace") or "default"),
+                          event_object(involved, event, component=names.MANAGED_BY, now=now()))
+        except requests.RequestException as error:
+            log.warning("event %s about %s not posted: %s", event.reason, meta(involved).get("name"), error)
+
+
 def _gates(config: Obj | None) -> list[str]:
     return list(((config or {}).get("spec") or {}).get("featureGates") or _settings.default_gates)
 
@@ -106,8 +135,8 @@ def reconcile_datavolume(namespace: str, name: str) -> None:
         return
     pvc_path = _core("persistentvolumeclaims", namespace=namespace, name=name)
     pvc = k.get(pvc_path)
-    config = _config()
-    classes = _storage_classes()
+    config = _recent.get("config", _config)
+    classes = _recent.get("storage classes", _storage_classes)
     config_status = (config or {}).get("status") or cdi_config_status(config, storage_classes=classes)
     gates = _gates(config)
     action = claim_action(dv, pvc, feature_gates=gates)
@@ -115,7 +144,8 @@ def reconcile_datavolume(namespace: str, name: str) -> None:
     if action is ClaimAction.CREATE:
         try:
             body = render_pvc(dv, storage_classes=classes, cdi_config_status=config_status,
-                              storage_profiles=k.list(_cdi(names.STORAGEPROFILES)),
+                              storage_profiles=_recent.get("storage profiles",
+                                                           lambda: k.list(_cdi(names.STORAGEPROFILES))),
                               persistent_volumes=[] if classes else k.list(_core("persistentvolumes")))
         except ClaimNotValid as error:
             claim_error = Event(WARNING, names.EVENT_ERR_CLAIM_NOT_VALID, str(error))
@@ -124,8 +154,8 @@ def reconcile_datavolume(namespace: str, name: str) -> None:
     elif action is ClaimAction.ADOPT:
         pvc = k.patch(pvc_path, adopted_pvc_patch(dv, pvc))
         if pvc and annotations(pvc).get(names.ANN_POPULATED_FOR) == name:
-            k.patch(_cdi(names.DATAVOLUMES, namespace=namespace, name=name),
-                    {"metadata": {"annotations": {names.ANN_PRE_POPULATED: name}}})
+            dv = k.patch(_cdi(names.DATAVOLUMES, namespace=namespace, name=name),
+                         {"metadata": {"annotations": {names.ANN_PRE_POPULATED: name}}}) or dv
     elif action is ClaimAction.CONFLICT:
         claim_error, pvc = Event(WARNING, names.EVENT_ERR_RESOURCE_EXISTS, conflict_message(pvc)), None
     elif action is ClaimAction.DELETING:
@@ -135,17 +165,18 @@ def reconcile_datavolume(namespace: str, name: str) -> None:
     if pvc is not None and action in (ClaimAction.CREATE, ClaimAction.OURS) and is_import_claim(pvc):
         pvc, pod = _sync_importer(pvc, config=config, config_status=config_status, gates=gates)
     elif pvc is not None and action in (ClaimAction.CREATE, ClaimAction.OURS) and upload.is_upload_claim(pvc):
-        pvc, _ = _sync_upload(pvc, config=config, config_status=config_status, gates=gates)
+        pvc, pod = _sync_upload(pvc, config=config, config_status=config_status, gates=gates)
     storage_class = next((sc for sc in classes if meta(sc).get("name") == ((pvc or {}).get("spec") or {})
                           .get("storageClassName")), None)
-    progress = scrape_progress(pod, owner_uid=meta(dv).get("uid", "")) if pod else None
-    update = dv_status(dv, pvc=pvc, storage_class=storage_class, claim_error=claim_error, progress=progress,
+    update = dv_status(dv, pvc=pvc, storage_class=storage_class, claim_error=claim_error,
+                       progress=_progress.get((namespace, name)),
                        honor_wait_for_first_consumer=names.GATE_HONOR_WFFC in gates, now=now())
     if update.status != dv.get("status"):
-        k.patch(_cdi(names.DATAVOLUMES, namespace=namespace, name=name, subresource="status"),
-                {"status": update.status})
-    for event in update.events:
-        kopf.event(dv, type=event.type, reason=event.reason, message=event.message)
+        dv = k.patch(_cdi(names.DATAVOLUMES, namespace=namespace, name=name, subresource="status"),
+                     {"status": update.status}) or dv
+    _post_events(dv, update.events)
+    # An adopted PVC is worked on as ours by the next reconcile, which the echo of the adoption starts.
+    _seen.record(dv, pod, None if action is ClaimAction.ADOPT else pvc)
 
 
 def _sync_importer(pvc: Obj, *, config: Obj | None, config_status: Obj,
@@ -165,7 +196,8 @@ def _sync_importer(pvc: Obj, *, config: Obj | None, config_status: Obj,
         body = importer_pod(pvc, image=_settings.image, cdi_config_status=config_status,
                             pull_policy=_settings.pull_policy, insecure_registries=insecure)
         pod = k.create(_core("pods", namespace=namespace), body) or k.get(pod_path)
-        return pvc, pod
+    if pod is None:
+        return pvc, None
     return _mirror_pod(pvc, pod, pod_path, config=config), pod
 
 
@@ -217,8 +249,7 @@ def _mirror_pod(pvc: Obj, pod: Obj, pod_path: str, *, config: Obj | None) -> Obj
         if update.labels:
             patch["metadata"]["labels"] = update.labels
         pvc = k.patch(pvc_path, patch) or pvc
-    for event in update.events:
-        kopf.event(pvc, type=event.type, reason=event.reason, message=event.message)
+    _post_events(pvc, update.events)
     if update.delete_pod:
         k.delete(pod_path)
     return pvc
@@ -230,16 +261,18 @@ def _owning_datavolume(obj: Obj) -> str | None:
 
 
 @kopf.on.event(names.GROUP, names.VERSION, names.DATAVOLUMES)
-def datavolume_changed(type: str | None, name: str, namespace: str, **_: Any) -> None:
-    if type != "DELETED":
-        reconcile_datavolume(namespace, name)
+async def datavolume_changed(type: str | None, body: kopf.Body, name: str, namespace: str, **_: Any) -> None:
+    if type == "DELETED":
+        _progress.pop((namespace, name), None)
+    if _seen.is_news(type, dict(body)) and type != "DELETED":
+        _queue.add((DATAVOLUME, namespace, name))
 
 
 @kopf.on.event("", "v1", "persistentvolumeclaims", labels={names.LABEL_APP: names.APP})
-def claim_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
+async def claim_changed(type: str | None, body: kopf.Body, namespace: str, **_: Any) -> None:
     owner = _owning_datavolume(dict(body))
-    if owner:
-        reconcile_datavolume(namespace, owner)
+    if owner and _seen.is_news(type, dict(body)):
+        _queue.add((DATAVOLUME, namespace, owner))
 
 
 def reconcile_upload_claim(namespace: str, name: str) -> None:
@@ -248,31 +281,43 @@ def reconcile_upload_claim(namespace: str, name: str) -> None:
     pvc = k.get(_core("persistentvolumeclaims", namespace=namespace, name=name))
     if pvc is None or _owning_datavolume(pvc) or not upload.is_upload_claim(pvc):
         return
-    config = _config()
-    config_status = (config or {}).get("status") or cdi_config_status(config, storage_classes=_storage_classes())
-    _sync_upload(pvc, config=config, config_status=config_status, gates=_gates(config))
+    config = _recent.get("config", _config)
+    config_status = (config or {}).get("status") or cdi_config_status(
+        config, storage_classes=_recent.get("storage classes", _storage_classes))
+    _seen.record(*_sync_upload(pvc, config=config, config_status=config_status, gates=_gates(config)))
 
 
 @kopf.on.event("", "v1", "persistentvolumeclaims", annotations={names.ANN_UPLOAD_TARGET: kopf.PRESENT})
-def upload_claim_changed(type: str | None, name: str, namespace: str, **_: Any) -> None:
-    if type != "DELETED":
-        reconcile_upload_claim(namespace, name)
+async def upload_claim_changed(type: str | None, body: kopf.Body, name: str, namespace: str, **_: Any) -> None:
+    if _seen.is_news(type, dict(body)) and type != "DELETED":
+        _queue.add((UPLOAD_CLAIM, namespace, name))
 
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_CDI_COMPONENT: names.UPLOAD_SERVER_COMPONENT})
-def upload_server_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
+async def upload_server_changed(type: str | None, body: kopf.Body, namespace: str, **_: Any) -> None:
     claim = _owning_claim(dict(body))
-    if claim:
-        reconcile_datavolume(namespace, claim)  # when the PVC has a DataVolume
-        reconcile_upload_claim(namespace, claim)  # when it has none
+    if claim and _seen.is_news(type, dict(body)):
+        _queue.add((DATAVOLUME, namespace, claim))  # when the PVC has a DataVolume
+        _queue.add((UPLOAD_CLAIM, namespace, claim))  # when it has none
 
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_CDI_COMPONENT: names.IMPORTER_COMPONENT})
-def importer_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
+async def importer_changed(type: str | None, body: kopf.Body, namespace: str, **_: Any) -> None:
     # The importer pod belongs to the PVC, and the PVC has its DataVolume's name (legacy path).
     claim = _owning_claim(dict(body))
-    if claim:
-        reconcile_datavolume(namespace, claim)
+    if not claim:
+        return
+    if type != "DELETED" and (body.get("status") or {}).get("phase") == "Running":
+        _running[(namespace, claim)] = dict(body)
+    else:
+        _running.pop((namespace, claim), None)
+    if _seen.is_news(type, dict(body)):
+        _queue.add((DATAVOLUME, namespace, claim))
+
+
+def _reconcile(key: Key) -> None:
+    kind, namespace, name = key
+    (reconcile_datavolume if kind == DATAVOLUME else reconcile_upload_claim)(namespace, name)
 
 
 def _owning_claim(pod: Obj) -> str | None:
@@ -281,16 +326,17 @@ def _owning_claim(pod: Obj) -> str | None:
 
 
 async def _poll_progress() -> None:
-    """Progress is a metric, not an object: re-reconcile running imports every two seconds."""
+    """Progress is a metric, not an object: scrape the running importers every two seconds, and reconcile the
+    DataVolumes whose progress moved."""
     while True:
         await asyncio.sleep(PROGRESS_INTERVAL)
-        try:
-            running = [dv for dv in await asyncio.to_thread(kube().list, _cdi(names.DATAVOLUMES))
-                       if (dv.get("status") or {}).get("phase") == names.IMPORT_IN_PROGRESS]
-            for dv in running:
-                await asyncio.to_thread(reconcile_datavolume, meta(dv)["namespace"], meta(dv)["name"])
-        except Exception:  # a failed round must not end progress reporting for good
-            log.exception("progress round failed")
+        running = dict(_running)
+        scraped = await asyncio.to_thread(
+            lambda: {key: scrape_progress(pod, owner_uid=owner_uid(pod)) for key, pod in running.items()})
+        for (namespace, name), progress in scraped.items():
+            if progress is not None and progress != _progress.get((namespace, name)):
+                _progress[(namespace, name)] = progress
+                _queue.add((DATAVOLUME, namespace, name))
 
 
 # --- Admission ---------------------------------------------------------------------------------------------
@@ -306,7 +352,7 @@ def validate(body: kopf.Body, old: kopf.Body | None, operation: str, **_: Any) -
                                     name=meta(dv)["name"]))
     try:
         validate_datavolume(dv, old=dict(old) if operation == "UPDATE" and old else None, existing_pvc=existing,
-                            feature_gates=_gates(_config()))
+                            feature_gates=_gates(_recent.get("config", _config)))
     except Invalid as error:
         raise kopf.AdmissionError(error.message, code=422) from None
 
@@ -349,11 +395,13 @@ def reconcile_cluster_config() -> None:
 @kopf.on.event("storage.k8s.io", "v1", "storageclasses")
 def storage_class_changed(**_: Any) -> None:
     reconcile_cluster_config()
+    _recent.forget()  # after: what reconciles read next includes the status just written
 
 
 @kopf.on.event(names.GROUP, names.VERSION, names.CDICONFIGS)
 def config_changed(**_: Any) -> None:
     reconcile_cluster_config()
+    _recent.forget()
 
 
 @kopf.on.startup()
@@ -373,13 +421,14 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             addr="0.0.0.0", port=int(port), host=host, certfile=cert, pkeyfile=key, cafile=ca or None)  # noqa: S104
         settings.admission.managed = names.GROUP  # webhook datavolume-validate.cdi.kubevirt.io, as CDI names it
     await asyncio.to_thread(reconcile_cluster_config)
-    memo["progress"] = asyncio.create_task(_poll_progress())
+    executor = ThreadPoolExecutor(RECONCILE_WORKERS, thread_name_prefix="reconcile")
+    memo["tasks"] = [asyncio.create_task(_queue.serve(_reconcile, workers=RECONCILE_WORKERS, executor=executor)),
+                     asyncio.create_task(_poll_progress())]
 
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-    task = memo.get("progress")
-    if task is not None:
+    for task in memo.get("tasks") or []:
         task.cancel()
 
 

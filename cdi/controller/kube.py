@@ -34,6 +34,11 @@ class Kube:
     def __init__(self, configuration: client.Configuration) -> None:
         self.host = configuration.host.rstrip("/")
         self.session = requests.Session()
+        # As the kubernetes package: a proxy only from the kubeconfig. requests' own environment lookups (proxy
+        # variables, no_proxy matching, ~/.netrc) cost more than a local API server takes to answer.
+        self.session.trust_env = False
+        if configuration.proxy:
+            self.session.proxies = {"http": configuration.proxy, "https": configuration.proxy}
         self.session.verify = (configuration.ssl_ca_cert or True) if configuration.verify_ssl else False
         if configuration.cert_file and configuration.key_file:
             self.session.cert = (configuration.cert_file, configuration.key_file)

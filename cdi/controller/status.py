@@ -31,6 +31,21 @@ class Event:
     message: str
 
 
+def event_object(involved: Obj, event: Event, *, component: str, now: str) -> Obj:
+    """The core/v1 Event about ``involved`` that ``kubectl describe`` shows, as a client-go recorder posts it."""
+    m = meta(involved)
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": f"{m.get('name', '')}.", "namespace": m.get("namespace") or "default"},
+        "involvedObject": {"apiVersion": involved.get("apiVersion", ""), "kind": involved.get("kind", ""),
+                           "namespace": m.get("namespace", ""), "name": m.get("name", ""), "uid": m.get("uid", ""),
+                           "resourceVersion": m.get("resourceVersion", "")},
+        "type": event.type, "reason": event.reason, "message": event.message,
+        "source": {"component": component}, "reportingComponent": component,
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+    }
+
+
 @dataclass
 class ClaimUpdate:
     """Changes to the PVC after looking at its importer pod. ``None`` values delete an annotation."""

@@ -6,9 +6,11 @@ import socket
 
 import pytest
 
-from cdi.controller.progress import metrics_url, parse_progress, scrape_progress
+from cdi.controller.importer_pod import importer_pod as importer_pod_of
+from cdi.controller.progress import metrics_url, owner_uid, parse_progress, scrape_progress
 from importer.metrics import ProgressMetric
 from importer.progress import Progress
+from tests.unit.test_controller_importer_pod import CONFIG, HTTP, IMAGE, claim
 
 
 def free_port() -> int:
@@ -51,3 +53,9 @@ def test_metrics_url_needs_a_running_pod_with_an_ip():
     assert metrics_url(importer_pod(8443, ip="10.0.0.5")) == "https://10.0.0.5:8443/metrics"
     assert metrics_url(importer_pod(8443, ip="fd00::5")) == "https://[fd00::5]:8443/metrics"
     assert metrics_url(importer_pod(8443, ip="")) is None
+
+
+def test_owner_uid_is_the_datavolume_the_importer_pod_labels_its_metric_with():
+    pod = importer_pod_of(claim(HTTP), image=IMAGE, cdi_config_status=CONFIG)
+    assert owner_uid(pod) == "dv-uid-1"
+    assert owner_uid({"spec": {"containers": [{"name": "importer"}]}}) == ""
