@@ -42,6 +42,11 @@ class UploadPlane:
         return f"https://{HOST}:{self.port}"
 
     @property
+    def signing_key(self) -> Path:
+        """The RSA key the token API signs upload tokens with (PEM); the proxy verifies with its public half."""
+        return self.dir / "signing.key"
+
+    @property
     def proxy_ca(self) -> Path:
         """The CA of the proxy's serving certificate (clients trust it, or use --insecure)."""
         return self.dir / "proxy-ca.crt"
@@ -53,7 +58,7 @@ class UploadPlane:
                 names.ENV_UPLOAD_CLIENT_CA: str(self.dir / "client-ca.crt")}
 
     def _write_pki(self) -> None:
-        if (self.dir / "signing.key").exists():
+        if self.signing_key.exists():
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         key = token.generate_key()
@@ -68,8 +73,8 @@ class UploadPlane:
                              ("proxy-server", certs.issue(proxy_ca, common_name=HOST, server=True,
                                                           hosts=[HOST, "localhost"]))):
             files[f"{folder}/tls.crt"], files[f"{folder}/tls.key"] = pair.cert_pem, pair.key_pem
-        files["signing.key"] = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                 serialization.NoEncryption())
+        files[self.signing_key.name] = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
         for name, data in files.items():
             path = self.dir / name
             path.parent.mkdir(exist_ok=True)
@@ -89,7 +94,7 @@ class UploadPlane:
                 [sys.executable, "-m", "uploadproxy.proxy", "--listen-address", HOST, "--port", str(self.port),
                  "--server-cert-dir", str(self.dir / "proxy-server"), "--client-cert-dir", str(self.dir / "proxy-client"),
                  "--upload-server-ca", str(self.dir / "server-ca.crt"), "--token-api-port", str(self.api_port),
-                 "--token-signing-key", str(self.dir / "signing.key")],
+                 "--token-signing-key", str(self.signing_key)],
                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._register(api_url)
         self._wait_ready(api_url, timeout)

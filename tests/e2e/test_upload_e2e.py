@@ -1,25 +1,35 @@
 """Uploads end to end: `cdi image-upload` (virtctl's flow) and curl as CDI's docs show it, through the upload
 proxy of `cdi local` into upload server pods the controller starts, with tokens from the UploadTokenRequest
-API; the bytes a pod reads back from the volume are those of `qemu-img convert` of the same file."""
+API; the bytes a pod reads back from the volume are those of `qemu-img convert` of the same file. What the proxy
+and the upload server refuse is refused with CDI's status and text, and leaves the DataVolume waiting for a good
+upload; a cut upload continues where the server stopped."""
 
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import shutil
 import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from cdi.api import names
+from cdi.controller.kube import path as api_path
 from tests.e2e.test_import_e2e import assert_volume_holds
 from tests.fixtures.cdi_system import CDISystem, datavolume
 from tests.fixtures.images import ImageSet
+from tests.fixtures.upload import UpstreamCut
 from tests.integration.test_upload_flow import curl
-from uploadproxy import token
+from tests.integration.test_upload_resume import CHUNK
+from tests.support.uploads import held_upload, once_receiving, upload_state, wait_upload_state
+from uploadproxy import client, token
+from uploadproxy.contract import ASYNC_PATH, SAVE_FAILED, TOO_LARGE, UPLOAD_PATH
 
 pytestmark = pytest.mark.root
 SIZE = "64Mi"
@@ -53,6 +63,39 @@ def kubectl_token(cdi: CDISystem, pvc: str) -> str:
     request = {"apiVersion": names.UPLOAD_API_VERSION, "kind": names.UPLOAD_TOKEN_REQUEST,
                "metadata": {"name": f"token-{pvc}"}, "spec": {"pvcName": pvc}}
     return cdi.kubectl("create", "-f", "-", "-o", "jsonpath={.status.token}", stdin=json.dumps(request)).stdout
+
+
+def probe_async(base: str, auth: str) -> str:
+    """virtctl's probe, with curl: the status of ``HEAD /v1beta1/upload-async``."""
+    return subprocess.run(["curl", "-k", "-s", "-I", "-o", "/dev/null", "-w", "%{http_code}", "-H", auth,
+                           base + ASYNC_PATH], capture_output=True, text=True, check=True).stdout
+
+
+def proxy_verify(cdi: CDISystem) -> bool | str:
+    """How a Python client checks the proxy's certificate: the CA `cdi local` made for it; a cluster's proxy is
+    used as the CLI tests use it, without checking (--insecure)."""
+    return str(cdi.local.upload.proxy_ca) if cdi.local is not None else False
+
+
+def signing_key(cdi: CDISystem) -> rsa.RSAPrivateKey:
+    """The key the system's UploadTokenRequest API signs tokens with, as an operator would get it: `cdi local`
+    keeps it in its work dir, a deployment in the Secret that `cdi upload-pki` made in kubecdi's namespace."""
+    if cdi.local is not None:
+        pem = cdi.local.upload.signing_key.read_bytes()
+    else:
+        secret = cdi.api.get(api_path(plural="secrets", namespace="cdi", name="cdi-api-signing-key"))
+        assert secret is not None, "no Secret cdi/cdi-api-signing-key: run `cdi upload-pki`"
+        pem = base64.b64decode(secret["data"]["id_rsa"])
+    key = serialization.load_pem_private_key(pem, password=None)
+    assert isinstance(key, rsa.RSAPrivateKey)
+    return key
+
+
+def upload_dv(cdi: CDISystem, name: str) -> str:
+    """A DataVolume waiting for an upload (UploadReady), and an upload token for it."""
+    cdi.apply(datavolume(name, {"upload": {}}, size=SIZE))
+    cdi.wait_phase(name, names.UPLOAD_READY)
+    return kubectl_token(cdi, name)
 
 
 def assert_upload_succeeded(cdi: CDISystem, name: str) -> None:
@@ -104,14 +147,10 @@ def test_image_upload_of_an_archive(cdi: CDISystem, tmp_path: Path) -> None:
 @pytest.mark.parametrize(("how", "image"), [("sync", "disk.qcow2"), ("async", "disk.raw.gz"), ("form", "disk.qcow2")])
 def test_curl_as_cdi_docs_show(cdi: CDISystem, images: ImageSet, how: str, image: str) -> None:
     name = f"curl-{how}"
-    cdi.apply(datavolume(name, {"upload": {}}, size=SIZE))
-    cdi.wait_phase(name, names.UPLOAD_READY)
-    auth = f"Authorization: Bearer {kubectl_token(cdi, name)}"
+    auth = f"Authorization: Bearer {upload_dv(cdi, name)}"
     base = proxy_url(cdi)
     if how == "async":
-        head = subprocess.run(["curl", "-k", "-s", "-I", "-o", "/dev/null", "-w", "%{http_code}", "-H", auth,
-                               f"{base}/v1beta1/upload-async"], capture_output=True, text=True, check=True)
-        assert head.stdout == "200"
+        assert probe_async(base, auth) == "200"
     body = (["-F", f"file=@{images.path(image)}"] if how == "form" else
             ["--data-binary", f"@{images.path(image)}"])
     path = {"sync": "/v1beta1/upload", "async": "/v1beta1/upload-async", "form": "/v1beta1/upload-form"}[how]
@@ -151,3 +190,81 @@ def test_refusals_then_a_good_upload(cdi: CDISystem, images: ImageSet) -> None:
         503, f"rejecting Upload Request for PVC {name} that already finished uploading")
     again = image_upload(cdi, "dv", name, f"--image-path={images.path('disk.qcow2')}", "--no-create")
     assert again.returncode == 1 and f"PVC {name} already successfully imported" in again.stderr
+
+
+def test_an_expired_token_is_refused(cdi: CDISystem, images: ImageSet) -> None:
+    """A token signed with the system's own key, issued six minutes ago (tokens live five): 401, while the same
+    key's fresh token is let through. The proxy checks the token before it looks for the PVC."""
+    base, key = proxy_url(cdi), signing_key(cdi)
+    issued = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=6)
+    expired = token.issue(key, namespace=cdi.namespace, name="expired", now=issued)
+    status, text = curl("-H", f"Authorization: Bearer {expired}", "--data-binary", f"@{images.path('disk.qcow2')}",
+                        base + UPLOAD_PATH)
+    assert status == 401 and text.startswith("invalid token: ") and "expired" in text, (status, text)
+    fresh = token.issue(key, namespace=cdi.namespace, name="expired")
+    assert probe_async(base, f"Authorization: Bearer {fresh}") == "200"
+
+
+def test_a_token_for_another_pvc_does_not_write_this_one(cdi: CDISystem, images: ImageSet) -> None:
+    """The proxy sends an upload to the PVC its token names, whatever the client meant: a token for a PVC that
+    is not an upload target gets CDI's 503, and the DataVolume waiting for an upload received nothing."""
+    credential = upload_dv(cdi, "target")
+    cdi.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "plain"},
+               "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": SIZE}}}})
+    base = proxy_url(cdi)
+    status, text = curl("-H", f"Authorization: Bearer {kubectl_token(cdi, 'plain')}", "--data-binary",
+                        f"@{images.path('disk.qcow2')}", base + UPLOAD_PATH)
+    assert (status, text) == (503, "PVC plain is not an upload target")
+    assert cdi.dv("target")["status"]["phase"] == names.UPLOAD_READY
+    assert upload_state(base, credential, verify=proxy_verify(cdi)) == {"phase": "Idle", "message": ""}
+    assert set(cdi.in_volume("target", "ls -A /pvc").split()) <= {"lost+found"}, "the volume was written"
+
+
+def test_a_second_upload_while_one_runs_is_refused(cdi: CDISystem, images: ImageSet) -> None:
+    """The first upload is held half-sent (the upload server is receiving it) while a second one is tried."""
+    credential, base, verify = upload_dv(cdi, "busy"), proxy_url(cdi), proxy_verify(cdi)
+    image = images.path("disk.raw")
+    with held_upload(base, image.read_bytes(), token=credential, verify=verify) as finish:
+        wait_upload_state(base, credential, "Receiving", verify=verify, least=1)
+        second = curl("-H", f"Authorization: Bearer {credential}", "--data-binary", f"@{images.path('disk.qcow2')}",
+                      base + UPLOAD_PATH)
+        assert second == (503, "an upload is already in progress")
+        assert finish() == 200
+    assert_upload_succeeded(cdi, "busy")
+    assert_volume_holds(cdi, "busy", images.expected_raw("disk.raw"))
+
+
+def test_an_image_larger_than_the_volume_is_refused(cdi: CDISystem, tmp_path: Path) -> None:
+    """A small file whose virtual size (1 GiB) exceeds the DataVolume's: refused from its header."""
+    credential = upload_dv(cdi, "small")
+    big = tmp_path / "big.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(big), "1G"], check=True)
+    status, text = curl("-H", f"Authorization: Bearer {credential}", "--data-binary", f"@{big}",
+                        proxy_url(cdi) + UPLOAD_PATH)
+    assert status == 400 and text.startswith(SAVE_FAILED + TOO_LARGE), (status, text)
+    assert text.endswith("A larger PVC is required"), text
+    assert cdi.dv("small")["status"]["phase"] == names.UPLOAD_READY, "the DataVolume still waits for an upload"
+
+
+def test_a_cut_upload_resumes_where_the_server_stopped(cdi: CDISystem, images: ImageSet) -> None:
+    """`cdi image-upload`'s client through a relay that drops the connection at 90 % of the file: it continues
+    from what the upload server holds, sending at most the rest again (plus one chunk the server had not read)."""
+    base = proxy_url(cdi)
+    proxy = urllib.parse.urlsplit(base)
+    if proxy.hostname != "127.0.0.1":
+        pytest.skip(f"the cutting relay reaches the proxy on 127.0.0.1, not {proxy.hostname}")
+    credential = upload_dv(cdi, "resumed")
+    image = images.path("disk.raw")
+    size = image.stat().st_size
+    relay = UpstreamCut(target_port=proxy.port or 443, cut_after=size * 9 // 10,
+                        on_cut=once_receiving(base, credential, verify=proxy_verify(cdi)))
+    try:
+        result = client.upload(f"https://127.0.0.1:{relay.port}", image, token=credential, verify=proxy_verify(cdi),
+                               progress=False, refresh_token=lambda: kubectl_token(cdi, "resumed"))
+    finally:
+        relay.close()
+    assert relay.forwarded == size * 9 // 10  # the cut happened where we meant it to
+    assert (result.attempts, result.resumes) == (2, 1)
+    assert result.bytes_sent - size <= size // 10 + CHUNK
+    assert_upload_succeeded(cdi, "resumed")
+    assert_volume_holds(cdi, "resumed", images.expected_raw("disk.raw"))

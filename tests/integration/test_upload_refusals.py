@@ -4,13 +4,10 @@ that a refused upload leaves nothing behind: the volume stays empty and the serv
 from __future__ import annotations
 
 import datetime
-import http.client
 import json
 import os
-import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,8 +19,9 @@ from importer.checksum import file_sha256
 from tests.fixtures.images import ImageSet
 from tests.fixtures.upload import AppThread, MakeStack, StartServer, UploadPKI, UploadStack
 from tests.integration.test_upload_flow import assert_finished, curl
+from tests.support.uploads import held_upload, wait_upload_state
 from uploadproxy import client, tls, token
-from uploadproxy.contract import ASYNC_PATH, STATE_PATH, UPLOAD_PATH
+from uploadproxy.contract import ASYNC_PATH, UPLOAD_PATH
 from uploadproxy.server import Config, UploadServer
 
 
@@ -87,36 +85,15 @@ def test_pvc_not_ready_for_upload(notes: dict[str, str | None], text: str, uploa
 def test_a_second_upload_while_one_is_running_is_busy(upload_stack: UploadStack, images: ImageSet,
                                                       upload_pki: UploadPKI) -> None:
     image = images.path("disk.raw").read_bytes()
-    auth = {"Authorization": f"Bearer {upload_stack.token()}"}
-    first = http.client.HTTPSConnection("127.0.0.1", int(upload_stack.proxy_url.rsplit(":", 1)[1]),
-                                        context=ssl.create_default_context(cafile=str(upload_pki.ca)))
-    try:
-        first.putrequest("POST", UPLOAD_PATH)
-        for name, value in {**auth, "Content-Length": str(len(image))}.items():
-            first.putheader(name, value)
-        first.endheaders(image[: len(image) // 2])
-        # The proxy relays as bytes come: the server holds part of the body before the client sent the rest.
-        state = _wait_for_phase(upload_stack, "Receiving", ca=upload_pki.ca, least=1)
-        assert state["size"] == len(image) and int(state["received"]) <= len(image) // 2
-        status, body = post(upload_stack, images.path("disk.qcow2"), auth=auth["Authorization"])
+    ca = str(upload_pki.ca)
+    with held_upload(upload_stack.proxy_url, image, token=upload_stack.token(), verify=ca) as finish:
+        state = wait_upload_state(upload_stack.proxy_url, upload_stack.token(), "Receiving", verify=ca, least=1)
+        assert state["size"] == len(image) and int(state["received"]) <= len(image) // 2  # type: ignore[call-overload]
+        status, body = post(upload_stack, images.path("disk.qcow2"), auth=f"Bearer {upload_stack.token()}")
         assert (status, body) == (503, "an upload is already in progress")
-        first.send(image[len(image) // 2:])
-        assert first.getresponse().status == 200
-    finally:
-        first.close()
+        assert finish() == 200
     assert_finished(upload_stack)
     images.assert_imported(upload_stack.volume / "disk.img", "disk.raw")
-
-
-def _wait_for_phase(stack: UploadStack, phase: str, *, ca: Path, least: int = 0) -> dict[str, object]:
-    """The server's upload state once it is in ``phase`` holding at least ``least`` bytes."""
-    for _ in range(100):
-        state = requests.get(stack.proxy_url + STATE_PATH, headers={"Authorization": f"Bearer {stack.token()}"},
-                             verify=str(ca), timeout=10).json()
-        if state["phase"] == phase and int(state.get("received", 0)) >= least:
-            return dict(state)
-        time.sleep(0.05)
-    raise AssertionError(f"the upload never reached {phase}: {state}")
 
 
 def test_image_larger_than_the_volume(make_upload_stack: MakeStack, images: ImageSet) -> None:
@@ -153,7 +130,7 @@ def test_async_processing_failure_is_reported_by_the_server(upload_stack: Upload
     status, _ = post(upload_stack, images.path("backing.qcow2"), auth=f"Bearer {upload_stack.token()}",
                      path=ASYNC_PATH)
     assert status == 200
-    state = _wait_for_phase(upload_stack, "Idle", ca=upload_pki.ca)
+    state = wait_upload_state(upload_stack.proxy_url, upload_stack.token(), "Idle", verify=str(upload_pki.ca))
     assert str(state["message"]).startswith("UnsafeImage: ")
     assert_untouched(upload_stack)
     images.assert_no_host_bytes(upload_stack.volume)

@@ -4,9 +4,7 @@ still work. The cut is real: a relay in front of the proxy drops the client's up
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import requests
@@ -14,34 +12,22 @@ import requests
 from tests.fixtures.images import ImageSet
 from tests.fixtures.upload import MakeStack, UploadPKI, UploadStack, UpstreamCut
 from tests.integration.test_upload_flow import assert_finished, curl
+from tests.support.uploads import once_receiving, wait_upload_state
 from uploadproxy import client, token
-from uploadproxy.contract import STATE_PATH, UPLOAD_PATH
+from uploadproxy.contract import UPLOAD_PATH
 
 CHUNK = 1 << 20  # the largest piece the server reads off a connection at once
 
 
 @pytest.fixture
-def cut_at_90(upload_stack: UploadStack, images: ImageSet) -> Iterator[UpstreamCut]:
+def cut_at_90(upload_stack: UploadStack, images: ImageSet, upload_pki: UploadPKI) -> Iterator[UpstreamCut]:
     size = images.path("disk.raw").stat().st_size
-    relay = UpstreamCut(target_port=int(upload_stack.proxy_url.rsplit(":", 1)[1]), cut_after=size * 9 // 10)
+    relay = UpstreamCut(target_port=int(upload_stack.proxy_url.rsplit(":", 1)[1]), cut_after=size * 9 // 10,
+                        on_cut=once_receiving(upload_stack.proxy_url, upload_stack.token(), verify=str(upload_pki.ca)))
     try:
         yield relay
     finally:
         relay.close()
-
-
-def state(stack: UploadStack, ca: Path) -> dict[str, object]:
-    return dict(requests.get(stack.proxy_url + STATE_PATH, headers={"Authorization": f"Bearer {stack.token()}"},
-                             verify=str(ca), timeout=10).json())
-
-
-def wait_for(stack: UploadStack, ca: Path, phase: str) -> dict[str, object]:
-    for _ in range(200):
-        now = state(stack, ca)
-        if now["phase"] == phase:
-            return now
-        time.sleep(0.05)
-    raise AssertionError(f"the upload never reached {phase}: {now}")
 
 
 def test_cut_at_90_percent_resends_at_most_the_rest(upload_stack: UploadStack, cut_at_90: UpstreamCut,
@@ -65,6 +51,7 @@ def test_a_token_that_stops_working_mid_upload_is_renewed(upload_stack: UploadSt
     renewed: list[str] = []
 
     def rotate() -> None:  # the issuer's key changes while the upload is under way
+        once_receiving(upload_stack.proxy_url, upload_stack.token(), verify=str(upload_pki.ca))()
         upload_stack.proxy.public_key = token.public_pem(new_key)
 
     def refresh() -> str:
@@ -102,7 +89,7 @@ def test_a_plain_client_that_starts_over_replaces_the_cut_upload(upload_stack: U
                           f"https://127.0.0.1:{cut_at_90.port}{UPLOAD_PATH}"], capture_output=True, timeout=60,
                          check=False)
     assert cut.returncode != 0
-    held = wait_for(upload_stack, upload_pki.ca, "Suspended")
+    held = wait_upload_state(upload_stack.proxy_url, upload_stack.token(), "Suspended", verify=str(upload_pki.ca))
     assert held["size"] == size and 0 < int(held["received"]) <= size * 9 // 10  # type: ignore[call-overload]
     wrong = requests.put(upload_stack.proxy_url + UPLOAD_PATH, data=image.read_bytes(), verify=str(upload_pki.ca),
                          headers={"Authorization": f"Bearer {upload_stack.token()}",
@@ -119,14 +106,15 @@ def test_a_cut_upload_not_resumed_in_time_is_dropped(make_upload_stack: MakeStac
                                                      upload_pki: UploadPKI) -> None:
     stack = make_upload_stack(env={"UPLOAD_RESUME_TIMEOUT": "0.5"})
     image = images.path("disk.raw")
-    relay = UpstreamCut(target_port=int(stack.proxy_url.rsplit(":", 1)[1]), cut_after=image.stat().st_size // 2)
+    relay = UpstreamCut(target_port=int(stack.proxy_url.rsplit(":", 1)[1]), cut_after=image.stat().st_size // 2,
+                        on_cut=once_receiving(stack.proxy_url, stack.token(), verify=str(upload_pki.ca)))
     try:
         subprocess.run(["curl", "-k", "-s", "-H", f"Authorization: Bearer {stack.token()}", "--data-binary",
                         f"@{image}", f"https://127.0.0.1:{relay.port}{UPLOAD_PATH}"], capture_output=True, timeout=60,
                        check=False)
     finally:
         relay.close()
-    dropped = wait_for(stack, upload_pki.ca, "Idle")
+    dropped = wait_upload_state(stack.proxy_url, stack.token(), "Idle", verify=str(upload_pki.ca))
     assert str(dropped["message"]).startswith("TransferFailed: the upload connection broke after ")
     assert list(stack.volume.iterdir()) == []  # the partial image was discarded
     assert stack.server.process.poll() is None
