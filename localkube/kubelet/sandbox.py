@@ -1,4 +1,4 @@
-"""`python -m localkube.kubelet.sandbox SPEC_JSON`: becomes one container process.
+"""`python -I -S sandbox.py SPEC_JSON`: becomes one container process (standard library only).
 
 It enters a private mount namespace and builds the container's view there: a tmpfs root holding bind mounts
 of every top-level directory of the host (so the host's programs and libraries are all there, images are
