@@ -404,11 +404,21 @@ def config_changed(**_: Any) -> None:
     _recent.forget()
 
 
+class _NothingToDiff(kopf.AnnotationsDiffBaseStorage):
+    """Every handler here takes raw watch events or admission reviews, so kopf's change detection, which
+    deep-copies each object on each event to diff it with its last handled state, has nothing to detect: with an
+    empty essence, a burst of DataVolumes costs kopf less than half the CPU."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     global _settings
     _settings = Settings.from_env()
     settings.posting.level = logging.INFO
+    settings.persistence.diffbase_storage = _NothingToDiff()
     env = os.environ
     port = env.get(names.ENV_WEBHOOK_PORT)
     if port:

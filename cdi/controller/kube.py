@@ -12,6 +12,7 @@ from typing import Any
 
 import requests
 from kubernetes import client, config
+from kubernetes.client.rest import should_bypass_proxies
 
 from cdi.api.spec import Obj
 
@@ -34,10 +35,11 @@ class Kube:
     def __init__(self, configuration: client.Configuration) -> None:
         self.host = configuration.host.rstrip("/")
         self.session = requests.Session()
-        # As the kubernetes package: a proxy only from the kubeconfig. requests' own environment lookups (proxy
-        # variables, no_proxy matching, ~/.netrc) cost more than a local API server takes to answer.
+        # The proxy as the kubernetes package resolved it (kubeconfig, else the environment) and applies it. Not
+        # requests' own environment lookups (proxy variables, no_proxy matching, ~/.netrc): they ran on every
+        # call and took longer than a local API server takes to answer.
         self.session.trust_env = False
-        if configuration.proxy:
+        if configuration.proxy and not should_bypass_proxies(self.host, configuration.no_proxy or ""):
             self.session.proxies = {"http": configuration.proxy, "https": configuration.proxy}
         self.session.verify = (configuration.ssl_ca_cert or True) if configuration.verify_ssl else False
         if configuration.cert_file and configuration.key_file:
