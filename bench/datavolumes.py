@@ -6,30 +6,33 @@
 - a 1 GiB-virtual qcow2 (512 MiB random data) imported as a DataVolume, next to `cdi import` of the same URL
   into a directory on the same kind of volume, ext4 on a loop device as localkube provisions it (goal: ratio
   ≤ 1.1): what the DataVolume adds is the controller, provisioning and the pod, not a slower disk.
+
+Both sides of each ratio take turns run by run (medians of ``--runs``), each starts after a sync, and none starts
+before the volumes of the one before are released: a phase must not pay for tearing down the last one's.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
-import shutil
+import json
+import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bench import images
-from bench.images import GiB, MiB
+from bench.images import GiB
 from bench.loopdev import ext4_volume
-from bench.measure import _hwm
-from bench.report import Figure, markdown
+from bench.measure import _hwm, exit_on_sigterm, work_dir
+from bench.report import Figure, publish
 from cdi.api import names
+from cdi.api.spec import quantity_bytes, requested_size
 from cdi.cli.localsystem import IMPORTER_IMAGE, LocalCDI
-from cdi.controller.config import cdi_config_status
+from cdi.controller.config import cdi_config_status, filesystem_overhead
 from cdi.controller.importer_pod import importer_pod
 from cdi.controller.kube import Kube, path
 from tests.support.certs import make_ca
@@ -37,6 +40,7 @@ from tests.support.nginx import NginxServer
 
 Obj = dict[str, Any]
 NS = "default"
+_DV_PATH = path(group=names.GROUP, version=names.VERSION, plural=names.DATAVOLUMES, namespace=NS)
 
 
 def _wait_all(check: Callable[[], int], total: int, *, what: str, timeout: float) -> None:
@@ -47,10 +51,35 @@ def _wait_all(check: Callable[[], int], total: int, *, what: str, timeout: float
         time.sleep(0.2)
 
 
-def _succeeded(kube: Kube, plural: str, prefix: str, *, group: str = "") -> int:
-    objects = kube.list(path(group=group, version=names.VERSION if group else "v1", plural=plural, namespace=NS))
-    return sum(1 for o in objects if o["metadata"]["name"].startswith(prefix)
-               and (o.get("status") or {}).get("phase") == names.SUCCEEDED)
+def _wait_succeeded(kube: Kube, url_path: str, prefix: str, total: int, *, what: str, timeout: float) -> None:
+    """Until ``total`` objects named ``prefix``* are Succeeded: one list, then a watch from it.
+
+    Not a list every 0.2 s: the API server runs in this process, and serving and parsing 200 pods five times a
+    second cost about as much CPU as the kubelet did, more for pods (large objects) than for DataVolumes.
+    """
+    deadline = time.monotonic() + timeout
+    succeeded: set[str] = set()
+
+    def seen(obj: Obj) -> None:
+        name = obj["metadata"]["name"]
+        if name.startswith(prefix) and (obj.get("status") or {}).get("phase") == names.SUCCEEDED:
+            succeeded.add(name)
+
+    while len(succeeded) < total:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {len(succeeded)} of {total} {what} after {timeout:.0f} s")
+        listed = kube.session.get(kube.host + url_path, timeout=30).json()
+        for obj in listed["items"]:
+            seen(obj)
+        params = {"watch": "true", "resourceVersion": listed["metadata"]["resourceVersion"],
+                  "allowWatchBookmarks": "true", "timeoutSeconds": str(max(1, round(deadline - time.monotonic())))}
+        with kube.session.get(kube.host + url_path, params=params, stream=True, timeout=(10, 60)) as response:
+            for line in response.iter_lines():
+                event = json.loads(line) if line else {}
+                if event.get("type") in ("ADDED", "MODIFIED"):
+                    seen(event["object"])
+                if len(succeeded) >= total:
+                    break
 
 
 def _claim(name: str, size: str) -> Obj:
@@ -75,23 +104,23 @@ def bare_pods(kube: Kube, *, count: int, size: str) -> float:
                            insecure_registries=[])
         pod["metadata"] = {"name": f"bare-{i}", "namespace": NS}  # no labels, no owner: the controller ignores it
         kube.create(path(plural="pods", namespace=NS), pod)
-    _wait_all(lambda: _succeeded(kube, "pods", "bare-"), count, what="bare pods", timeout=1800)
+    _wait_succeeded(kube, path(plural="pods", namespace=NS), "bare-", count, what="bare pods", timeout=1800)
     return time.monotonic() - start
 
 
 def datavolumes(kube: Kube, *, count: int, size: str) -> float:
     start = time.monotonic()
     for i in range(count):
-        kube.create(path(group=names.GROUP, version=names.VERSION, plural=names.DATAVOLUMES, namespace=NS), {
+        kube.create(_DV_PATH, {
             "apiVersion": names.API_VERSION, "kind": names.DATAVOLUME, "metadata": {"name": f"blank-{i}"},
             "spec": {"source": {"blank": {}}, "storage": {"resources": {"requests": {"storage": size}}}}})
-    _wait_all(lambda: _succeeded(kube, names.DATAVOLUMES, "blank-", group=names.GROUP), count,
-              what="DataVolumes", timeout=1800)
+    _wait_succeeded(kube, _DV_PATH, "blank-", count, what="DataVolumes", timeout=1800)
     return time.monotonic() - start
 
 
-def _clear(kube: Kube, prefix: str) -> None:
-    """Removes what a phase made, so the next starts on an equal footing (the claims' volumes go with them)."""
+def _clear(kube: Kube, prefix: str, *, volumes: Path) -> None:
+    """Removes what a phase made and waits until its volumes are unmounted, detached and deleted, which the
+    provisioner does after the claims are gone: otherwise the next phase pays for this one's teardown."""
     for plural, group in ((names.DATAVOLUMES, names.GROUP), ("pods", ""), ("persistentvolumeclaims", "")):
         base = dict(group=group, version=names.VERSION if group else "v1", plural=plural, namespace=NS)
         for obj in kube.list(path(**base)):
@@ -99,29 +128,74 @@ def _clear(kube: Kube, prefix: str) -> None:
                 kube.delete(path(**base, name=obj["metadata"]["name"]))
     _wait_all(lambda: 0 if any(p["metadata"]["name"].startswith(prefix) for p in kube.list(
         path(plural="persistentvolumeclaims", namespace=NS))) else 1, 1, what="claims gone", timeout=600)
+    _wait_all(lambda: 0 if any(volumes.glob("*.img")) else 1, 1, what="volumes released", timeout=600)
 
 
-def qcow2_import(kube: Kube, url: str, *, work: Path, runs: int) -> tuple[float, float]:
-    """Median seconds of the DataVolume import and of `cdi import`, taking turns."""
-    dv_times, cli_times = [], []
-    dv = {"apiVersion": names.API_VERSION, "kind": names.DATAVOLUME, "metadata": {"name": "qcow2-0"},
-          "spec": {"source": {"http": {"url": url}}, "storage": {"resources": {"requests": {"storage": "1200Mi"}}}}}
+def _in_turns(runs: int, first: Callable[[int], None], second: Callable[[int], None]) -> None:
+    """Both sides once per run, taking turns at going first, each after a sync: a burst of load from other work
+    on the machine, or dirty pages left by the last run, spread over both instead of spoiling one."""
     for run in range(runs):
-        body = copy.deepcopy(dv)
-        body["metadata"]["name"] = f"qcow2-{run}"
+        for turn in (first, second) if run % 2 == 0 else (second, first):
+            os.sync()
+            turn(run)
+
+
+def blank_volumes(kube: Kube, *, count: int, size: str, runs: int, volumes: Path) -> tuple[float, float]:
+    """Median seconds of ``count`` bare importer pods and of as many DataVolumes."""
+    bare_times: list[float] = []
+    dv_times: list[float] = []
+
+    def bare(_: int) -> None:
+        bare_times.append(bare_pods(kube, count=count, size=size))
+        _clear(kube, "bare-", volumes=volumes)
+
+    def as_datavolumes(_: int) -> None:
+        dv_times.append(datavolumes(kube, count=count, size=size))
+        _clear(kube, "blank-", volumes=volumes)
+
+    _in_turns(runs, bare, as_datavolumes)
+    return statistics.median(bare_times), statistics.median(dv_times)
+
+
+def qcow2_import(kube: Kube, url: str, *, work: Path, runs: int, volumes: Path) -> tuple[float, float]:
+    """Median seconds of the DataVolume import and of `cdi import`, taking turns.
+
+    The same work on both sides: `cdi import` writes into a fresh ext4 on a loop device of exactly the size
+    localkube gives the DataVolume's claim, with the importer pod's size and filesystem overhead, and each ends
+    when the importer exits, which it does after fsyncing the image and its directory (the same code in the pod
+    and in the CLI). No `sync` after either: it would flush whatever else the machine has dirty, and decide the
+    ratio by write-back instead of by what the DataVolume adds.
+    """
+    config_status = (kube.get(path(group=names.GROUP, version=names.VERSION, plural=names.CDICONFIGS,
+                                   name=names.CDICONFIG_NAME)) or {}).get("status") or {}
+    dv_times: list[float] = []
+    cli_times: list[float] = []
+    claim: Obj = {}  # the first DataVolume's, which the CLI's volume copies
+
+    def as_datavolume(name: str) -> None:
+        nonlocal claim
         start = time.monotonic()
-        kube.create(path(group=names.GROUP, version=names.VERSION, plural=names.DATAVOLUMES, namespace=NS), body)
-        _wait_all(lambda: _succeeded(kube, names.DATAVOLUMES, f"qcow2-{run}", group=names.GROUP), 1,
-                  what="qcow2 DataVolume", timeout=900)
+        kube.create(_DV_PATH, {"apiVersion": names.API_VERSION, "kind": names.DATAVOLUME, "metadata": {"name": name},
+                               "spec": {"source": {"http": {"url": url}},
+                                        "storage": {"resources": {"requests": {"storage": "1200Mi"}}}}})
+        _wait_succeeded(kube, _DV_PATH, name, 1, what="qcow2 DataVolume", timeout=900)
         dv_times.append(time.monotonic() - start)
-        _clear(kube, f"qcow2-{run}")
-        with ext4_volume(work / f"cli-{run}.img", size=1200 * MiB) as dest:
+        claim = claim or kube.get(path(plural="persistentvolumeclaims", namespace=NS, name=name)) or {}
+        _clear(kube, name, volumes=volumes)
+
+    def with_cli(run: int) -> None:
+        spec = claim.get("spec") or {}
+        size = str(quantity_bytes(str(requested_size(spec))))
+        overhead = filesystem_overhead(config_status, spec.get("storageClassName"))
+        with ext4_volume(work / f"cli-{run}.img", size=int(size)) as dest:
             start = time.monotonic()
             subprocess.run([sys.executable, "-m", "cdi.cli.main", "import", "--no-progress", "--url", url,
-                            "--dest", str(dest), "--filesystem-overhead", "0.06"], check=True,
-                           stdout=subprocess.DEVNULL)
-            subprocess.run(["sync"], check=True)
+                            "--dest", str(dest), "--size", size, "--filesystem-overhead", overhead],
+                           check=True, stdout=subprocess.DEVNULL)
             cli_times.append(time.monotonic() - start)
+
+    # The DataVolume goes first in the first run: the CLI's volume copies its claim.
+    _in_turns(runs, lambda run: as_datavolume(f"qcow2-{run}"), with_cli)
     return statistics.median(dv_times), statistics.median(cli_times)
 
 
@@ -130,40 +204,37 @@ def main(argv: list[str]) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=200, help="DataVolumes and bare pods (default 200)")
     parser.add_argument("--size", default="64Mi", help="size of each blank volume (default 64Mi)")
-    parser.add_argument("--runs", type=int, default=3, help="runs of the qcow2 import each way (median)")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each case each way (median)")
     parser.add_argument("--workdir", type=Path, default=Path("/var/tmp"))
+    parser.add_argument("--keep", action="store_true", help="keep the work dir")
+    parser.add_argument("--json-out", type=Path, help="also write the figures here as JSON")
     args = parser.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="kubecdi-bench-dv-", dir=args.workdir))
+    exit_on_sigterm()
     figures: list[Figure] = []
-    try:
+    with work_dir(args.workdir, prefix="kubecdi-bench-dv-", keep=args.keep) as work:
         ca = make_ca(work / "tls")
         nginx = NginxServer(work / "nginx", cert=ca.server_cert, key=ca.server_key)
         try:
             qcow2 = images.make_qcow2(nginx.root, virtual=1 * GiB, scratch=work)
             with LocalCDI(work / "local") as local:
                 kube = Kube.from_kubeconfig(local.kubeconfig)
-                case = f"{args.count} blank {args.size} volumes at once"
-                print(f"{case}: bare pods ...", file=sys.stderr)
-                bare = bare_pods(kube, count=args.count, size=args.size)
-                _clear(kube, "bare-")
-                print(f"{case}: DataVolumes ...", file=sys.stderr)
-                dvs = datavolumes(kube, count=args.count, size=args.size)
-                assert local.controller is not None
+                assert local.controller is not None and local.cluster.provisioner is not None
+                volumes = local.cluster.provisioner.workdir
+                case = f"{args.count} blank {args.size} volumes at once (median of {args.runs})"
+                print(f"{case}: bare pods and DataVolumes ...", file=sys.stderr)
+                bare, dvs = blank_volumes(kube, count=args.count, size=args.size, runs=args.runs, volumes=volumes)
                 rss = _hwm(local.controller.pid) / (1 << 20)
-                _clear(kube, "blank-")
                 figures += [Figure(case, "bare importer pods", round(bare, 1), "s"),
                             Figure(case, "DataVolumes", round(dvs, 1), "s"),
                             Figure(case, "DataVolumes / bare pods", round(dvs / bare, 2), goal="≤ 1.3"),
                             Figure(case, "controller peak RSS", round(rss, 1), "MiB")]
                 print("1 GiB qcow2: DataVolume and cdi import ...", file=sys.stderr)
-                dv_s, cli_s = qcow2_import(kube, nginx.url(qcow2.name), work=work, runs=args.runs)
+                dv_s, cli_s = qcow2_import(kube, nginx.url(qcow2.name), work=work, runs=args.runs, volumes=volumes)
                 case = f"{qcow2.name} over HTTP (median of {args.runs})"
                 figures += [Figure(case, "as a DataVolume", round(dv_s, 2), "s"),
                             Figure(case, "cdi import", round(cli_s, 2), "s"),
                             Figure(case, "DataVolume / cdi import", round(dv_s / cli_s, 2), goal="≤ 1.1")]
         finally:
             nginx.close()
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    print(markdown(figures))
+    publish(figures, json_out=args.json_out)
     return 0
