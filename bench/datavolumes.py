@@ -7,8 +7,12 @@
   into a directory on the same kind of volume, ext4 on a loop device as localkube provisions it (goal: ratio
   ≤ 1.1): what the DataVolume adds is the controller, provisioning and the pod, not a slower disk.
 
-Both sides of each ratio take turns run by run (medians of ``--runs``), each starts after a sync, and none starts
-before the volumes of the one before are released: a phase must not pay for tearing down the last one's.
+Both sides of each ratio take turns run by run (medians), each starts after a sync, and none starts before the
+volumes of the one before are released: a phase must not pay for tearing down the last one's. The volumes,
+localkube's and the CLI's alike, are backed by files on ``--volumes-on``, a tmpfs by default: the importer ends
+with an fsync, in the pod as in the CLI, and on this machine's disk that fsync pushed 512 MiB through whatever
+else was being written, which swung both sides between 1.1 and 3.1 s and decided the ratio. On a tmpfs neither
+side's data reaches a disk, both do the same work, and what remains of the spread is other work on the CPUs.
 """
 
 from __future__ import annotations
@@ -131,72 +135,79 @@ def _clear(kube: Kube, prefix: str, *, volumes: Path) -> None:
     _wait_all(lambda: 0 if any(volumes.glob("*.img")) else 1, 1, what="volumes released", timeout=600)
 
 
-def _in_turns(runs: int, first: Callable[[int], None], second: Callable[[int], None]) -> None:
-    """Both sides once per run, taking turns at going first, each after a sync: a burst of load from other work
-    on the machine, or dirty pages left by the last run, spread over both instead of spoiling one."""
+def _in_turns(runs: int, sides: dict[str, Callable[[int], float]]) -> dict[str, float]:
+    """Median seconds of each side, run once per run, taking turns at going first, each after a sync: a burst
+    of load from other work on the machine, or dirty pages left by the last run, spread over all instead of
+    spoiling one. Each run's figures go to stderr, to show the spread."""
+    times: dict[str, list[float]] = {name: [] for name in sides}
     for run in range(runs):
-        for turn in (first, second) if run % 2 == 0 else (second, first):
+        order = list(sides) if run % 2 == 0 else list(reversed(sides))
+        for name in order:
             os.sync()
-            turn(run)
+            times[name].append(sides[name](run))
+        print(f"  run {run + 1}: " + ", ".join(f"{name} {times[name][-1]:.2f} s" for name in sides), file=sys.stderr)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def blank_volumes(kube: Kube, *, count: int, size: str, runs: int, volumes: Path) -> tuple[float, float]:
     """Median seconds of ``count`` bare importer pods and of as many DataVolumes."""
-    bare_times: list[float] = []
-    dv_times: list[float] = []
-
-    def bare(_: int) -> None:
-        bare_times.append(bare_pods(kube, count=count, size=size))
+    def bare(_: int) -> float:
+        seconds = bare_pods(kube, count=count, size=size)
         _clear(kube, "bare-", volumes=volumes)
+        return seconds
 
-    def as_datavolumes(_: int) -> None:
-        dv_times.append(datavolumes(kube, count=count, size=size))
+    def as_datavolumes(_: int) -> float:
+        seconds = datavolumes(kube, count=count, size=size)
         _clear(kube, "blank-", volumes=volumes)
+        return seconds
 
-    _in_turns(runs, bare, as_datavolumes)
-    return statistics.median(bare_times), statistics.median(dv_times)
+    medians = _in_turns(runs, {"bare pods": bare, "DataVolumes": as_datavolumes})
+    return medians["bare pods"], medians["DataVolumes"]
 
 
-def qcow2_import(kube: Kube, url: str, *, work: Path, runs: int, volumes: Path) -> tuple[float, float]:
+def qcow2_import(kube: Kube, url: str, *, disks: Path, runs: int, volumes: Path) -> tuple[float, float]:
     """Median seconds of the DataVolume import and of `cdi import`, taking turns.
 
     The same work on both sides: `cdi import` writes into a fresh ext4 on a loop device of exactly the size
     localkube gives the DataVolume's claim, with the importer pod's size and filesystem overhead, and each ends
-    when the importer exits, which it does after fsyncing the image and its directory (the same code in the pod
-    and in the CLI). No `sync` after either: it would flush whatever else the machine has dirty, and decide the
-    ratio by write-back instead of by what the DataVolume adds.
+    when the importer exits, after fsyncing the image and its directory (the same code in the pod and in the
+    CLI). No `sync` after either: it would flush whatever else the machine has dirty.
     """
     config_status = (kube.get(path(group=names.GROUP, version=names.VERSION, plural=names.CDICONFIGS,
                                    name=names.CDICONFIG_NAME)) or {}).get("status") or {}
-    dv_times: list[float] = []
-    cli_times: list[float] = []
-    claim: Obj = {}  # the first DataVolume's, which the CLI's volume copies
 
-    def as_datavolume(name: str) -> None:
-        nonlocal claim
+    def as_datavolume(name: str) -> float:
         start = time.monotonic()
         kube.create(_DV_PATH, {"apiVersion": names.API_VERSION, "kind": names.DATAVOLUME, "metadata": {"name": name},
                                "spec": {"source": {"http": {"url": url}},
                                         "storage": {"resources": {"requests": {"storage": "1200Mi"}}}}})
         _wait_succeeded(kube, _DV_PATH, name, 1, what="qcow2 DataVolume", timeout=900)
-        dv_times.append(time.monotonic() - start)
-        claim = claim or kube.get(path(plural="persistentvolumeclaims", namespace=NS, name=name)) or {}
-        _clear(kube, name, volumes=volumes)
+        return time.monotonic() - start
 
-    def with_cli(run: int) -> None:
+    # Untimed, first: the first import pays for reading qemu-img and the importer's code from disk (it took twice
+    # as long, whichever side went first), and its claim is the one the CLI's volume copies.
+    as_datavolume("qcow2-warmup")
+    claim = kube.get(path(plural="persistentvolumeclaims", namespace=NS, name="qcow2-warmup")) or {}
+    _clear(kube, "qcow2-warmup", volumes=volumes)
+
+    def timed_datavolume(run: int) -> float:
+        seconds = as_datavolume(f"qcow2-{run}")
+        _clear(kube, f"qcow2-{run}", volumes=volumes)
+        return seconds
+
+    def with_cli(run: int) -> float:
         spec = claim.get("spec") or {}
         size = str(quantity_bytes(str(requested_size(spec))))
         overhead = filesystem_overhead(config_status, spec.get("storageClassName"))
-        with ext4_volume(work / f"cli-{run}.img", size=int(size)) as dest:
+        with ext4_volume(disks / f"cli-{run}.img", size=int(size)) as dest:
             start = time.monotonic()
             subprocess.run([sys.executable, "-m", "cdi.cli.main", "import", "--no-progress", "--url", url,
                             "--dest", str(dest), "--size", size, "--filesystem-overhead", overhead],
                            check=True, stdout=subprocess.DEVNULL)
-            cli_times.append(time.monotonic() - start)
+            return time.monotonic() - start
 
-    # The DataVolume goes first in the first run: the CLI's volume copies its claim.
-    _in_turns(runs, lambda run: as_datavolume(f"qcow2-{run}"), with_cli)
-    return statistics.median(dv_times), statistics.median(cli_times)
+    medians = _in_turns(runs, {"DataVolume": timed_datavolume, "cdi import": with_cli})
+    return medians["DataVolume"], medians["cdi import"]
 
 
 def main(argv: list[str]) -> int:
@@ -204,19 +215,24 @@ def main(argv: list[str]) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=200, help="DataVolumes and bare pods (default 200)")
     parser.add_argument("--size", default="64Mi", help="size of each blank volume (default 64Mi)")
-    parser.add_argument("--runs", type=int, default=3, help="runs of each case each way (median)")
+    parser.add_argument("--runs", type=int, default=3, help="runs of the blank volumes each way (median)")
+    parser.add_argument("--import-runs", type=int, default=9,
+                        help="runs of the qcow2 import each way (median; a run takes seconds, and its spread is wide)")
     parser.add_argument("--workdir", type=Path, default=Path("/var/tmp"))
-    parser.add_argument("--keep", action="store_true", help="keep the work dir")
+    parser.add_argument("--volumes-on", type=Path, default=Path("/dev/shm"),
+                        help="where the volumes' backing files go, localkube's and the CLI's (default /dev/shm)")
+    parser.add_argument("--keep", action="store_true", help="keep the work dirs")
     parser.add_argument("--json-out", type=Path, help="also write the figures here as JSON")
     args = parser.parse_args(argv)
     exit_on_sigterm()
     figures: list[Figure] = []
-    with work_dir(args.workdir, prefix="kubecdi-bench-dv-", keep=args.keep) as work:
+    with work_dir(args.workdir, prefix="kubecdi-bench-dv-", keep=args.keep) as work, \
+            work_dir(args.volumes_on, prefix="kubecdi-bench-dv-", keep=args.keep) as disks:
         ca = make_ca(work / "tls")
         nginx = NginxServer(work / "nginx", cert=ca.server_cert, key=ca.server_key)
         try:
             qcow2 = images.make_qcow2(nginx.root, virtual=1 * GiB, scratch=work)
-            with LocalCDI(work / "local") as local:
+            with LocalCDI(disks / "local") as local:
                 kube = Kube.from_kubeconfig(local.kubeconfig)
                 assert local.controller is not None and local.cluster.provisioner is not None
                 volumes = local.cluster.provisioner.workdir
@@ -229,8 +245,9 @@ def main(argv: list[str]) -> int:
                             Figure(case, "DataVolumes / bare pods", round(dvs / bare, 2), goal="≤ 1.3"),
                             Figure(case, "controller peak RSS", round(rss, 1), "MiB")]
                 print("1 GiB qcow2: DataVolume and cdi import ...", file=sys.stderr)
-                dv_s, cli_s = qcow2_import(kube, nginx.url(qcow2.name), work=work, runs=args.runs, volumes=volumes)
-                case = f"{qcow2.name} over HTTP (median of {args.runs})"
+                dv_s, cli_s = qcow2_import(kube, nginx.url(qcow2.name), disks=disks, runs=args.import_runs,
+                                           volumes=volumes)
+                case = f"{qcow2.name} over HTTP (median of {args.import_runs})"
                 figures += [Figure(case, "as a DataVolume", round(dv_s, 2), "s"),
                             Figure(case, "cdi import", round(cli_s, 2), "s"),
                             Figure(case, "DataVolume / cdi import", round(dv_s / cli_s, 2), goal="≤ 1.1")]
