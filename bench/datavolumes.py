@@ -32,7 +32,7 @@ from typing import Any
 from bench import images
 from bench.images import GiB
 from bench.loopdev import ext4_volume
-from bench.measure import _hwm, exit_on_sigterm, work_dir
+from bench.measure import add_work_options, exit_on_sigterm, peak_rss_of, work_dir
 from bench.report import Figure, publish
 from cdi.api import names
 from cdi.api.spec import quantity_bytes, requested_size
@@ -219,11 +219,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs of the blank volumes each way (median)")
     parser.add_argument("--import-runs", type=int, default=9,
                         help="runs of the qcow2 import each way (median; a run takes seconds, and its spread is wide)")
-    parser.add_argument("--workdir", type=Path, default=Path("/var/tmp"))
+    add_work_options(parser, holds="certificates, nginx, the qcow2")
     parser.add_argument("--volumes-on", type=Path, default=Path("/dev/shm"),
                         help="where the volumes' backing files go, localkube's and the CLI's (default /dev/shm)")
-    parser.add_argument("--keep", action="store_true", help="keep the work dirs")
-    parser.add_argument("--json-out", type=Path, help="also write the figures here as JSON")
     args = parser.parse_args(argv)
     exit_on_sigterm()
     figures: list[Figure] = []
@@ -240,7 +238,7 @@ def main(argv: list[str]) -> int:
                 case = f"{args.count} blank {args.size} volumes at once (median of {args.runs})"
                 print(f"{case}: bare pods and DataVolumes ...", file=sys.stderr)
                 bare, dvs = blank_volumes(kube, count=args.count, size=args.size, runs=args.runs, volumes=volumes)
-                rss = _hwm(local.controller.pid) / (1 << 20)
+                rss = peak_rss_of(local.controller.pid) / (1 << 20)
                 figures += [Figure(case, "bare importer pods", round(bare, 1), "s"),
                             Figure(case, "DataVolumes", round(dvs, 1), "s"),
                             Figure(case, "DataVolumes / bare pods", round(dvs / bare, 2), goal="≤ 1.3"),

@@ -24,7 +24,7 @@ from pathlib import Path
 from bench import images
 from bench.images import GiB, MiB
 from bench.loopdev import LoopDevice
-from bench.measure import data_bytes, exit_on_sigterm, medians, peak_rss, sh, work_dir
+from bench.measure import add_work_options, data_bytes, exit_on_sigterm, medians, peak_rss, sh, work_dir
 from bench.report import Figure, publish
 from tests.support.certs import make_ca
 from tests.support.nginx import NginxServer
@@ -114,12 +114,9 @@ def main(argv: list[str]) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="skip the 4 GiB qcow2")
     parser.add_argument("--runs", type=int, default=3, help="runs per variant; the median counts (default 3)")
-    parser.add_argument("--workdir", type=Path, default=Path("/var/tmp"),
-                        help="where the work dir (images, nginx, scratch, loop backing file) is made")
+    add_work_options(parser, holds="images, nginx, scratch, loop backing file")
     parser.add_argument("--dest", type=Path,
                         help="the Filesystem target directory (its disk.img is replaced; default: in the work dir)")
-    parser.add_argument("--keep", action="store_true", help="keep the work dir")
-    parser.add_argument("--json-out", type=Path, help="also write the figures here as JSON")
     args = parser.parse_args(argv)
     exit_on_sigterm()
     figures: list[Figure] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shutil
@@ -18,6 +19,13 @@ from types import FrameType
 
 BLOCK = 4096
 _ZERO_BLOCK = bytes(BLOCK)
+
+
+def add_work_options(parser: argparse.ArgumentParser, *, holds: str) -> None:
+    """--workdir, --keep and --json-out, which every benchmark takes: ``holds`` says what its work dir holds."""
+    parser.add_argument("--workdir", type=Path, default=Path("/var/tmp"), help=f"where the work dir ({holds}) is made")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir")
+    parser.add_argument("--json-out", type=Path, help="also write the figures here as JSON")
 
 
 @contextlib.contextmanager
@@ -72,7 +80,7 @@ class PeakRss:
     tree_max: int  # bytes: the kernel's figure for the largest process of the tree (wait4), a check on polling
 
 
-def _hwm(pid: int) -> int:
+def peak_rss_of(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -116,9 +124,9 @@ def peak_rss(cmd: Sequence[str]) -> PeakRss:
     own = 0
     seen: dict[int, tuple[str, int]] = {}  # pid: (command name, its peak)
     while True:
-        own = max(own, _hwm(process.pid))
+        own = max(own, peak_rss_of(process.pid))
         for child in _descendants(process.pid):
-            name, hwm = _comm(child), _hwm(child)
+            name, hwm = _comm(child), peak_rss_of(child)
             if not hwm:
                 continue  # gone before we could read it
             # exec starts a new high-water mark under a new name: a fork of the importer that became

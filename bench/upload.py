@@ -32,7 +32,7 @@ from pathlib import Path
 
 from bench import images
 from bench.images import GiB, MiB
-from bench.measure import exit_on_sigterm, medians, sh, work_dir
+from bench.measure import add_work_options, exit_on_sigterm, medians, sh, work_dir
 from bench.report import Figure, publish
 from tests.fixtures.upload import (NAMESPACE, PVC, AppThread, UploadServerProcess, launch_upload_server,
                                    make_upload_pki, upload_pvc)
@@ -153,10 +153,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="a 256 MiB raw disk and a 256 MiB-virtual qcow2 instead of 4 GiB and 1 GiB")
     parser.add_argument("--runs", type=int, default=3, help="runs per variant; the median counts (default 3)")
-    parser.add_argument("--workdir", type=Path, default=Path("/var/tmp"),
-                        help="where the work dir (images, certificates, nginx, scratch, the volume) is made")
-    parser.add_argument("--keep", action="store_true", help="keep the work dir")
-    parser.add_argument("--json-out", type=Path, help="also write the figures here as JSON")
+    add_work_options(parser, holds="images, certificates, nginx, scratch, the volume")
     args = parser.parse_args(argv)
     exit_on_sigterm()
     raw_size, qcow2_size = (256 * MiB, 256 * MiB) if args.quick else (4 * GiB, 1 * GiB)
