@@ -15,10 +15,10 @@ import urllib3
 
 from importer.errors import ImportFailed, Reason
 from importer.sources.base import Probe, Source, SourceOptions, Transient
+from importer.sources.wire import BROKEN, body_chunks
 from importer.tls import verify_setting
 from importer.urlpolicy import UrlPolicy
 
-CHUNK = 1 << 20
 MAX_REDIRECTS = 10
 USER_AGENT = "kubecdi-importer"
 _REDIRECTS = {301, 302, 303, 307, 308}
@@ -65,7 +65,7 @@ class HttpSource(Source):
             response.close()
             raise ImportFailed(Reason.TransferFailed, f"the source changed during the transfer ({self.validator[0]} differs); start again")
         try:
-            for chunk in response.raw.stream(CHUNK, decode_content=False):
+            for chunk in body_chunks(response):
                 self.received += len(chunk)
                 if skip:
                     # The server ignored Range: drop what we already hold and carry on from offset.
@@ -74,7 +74,7 @@ class HttpSource(Source):
                         continue
                     chunk, skip = chunk[skip:], 0
                 yield chunk
-        except (urllib3.exceptions.HTTPError, requests.RequestException, OSError) as error:
+        except BROKEN as error:
             raise Transient(f"connection to {_host(self.final_url)} broke: {_short(error)}") from error
         finally:
             response.close()

@@ -29,10 +29,10 @@ import urllib3
 from importer.decompress import ChunkReader, decompressed
 from importer.errors import ImportFailed, Reason
 from importer.sources.base import Probe, Source, SourceOptions, Transient
+from importer.sources.wire import BROKEN, CHUNK, body_chunks
 from importer.tls import verify_setting
 from importer.urlpolicy import UrlPolicy
 
-CHUNK = 1 << 20
 MAX_MANIFEST = 4 << 20  # manifests and configs are small JSON; a registry sending more is broken or hostile
 MAX_REDIRECTS = 10  # registries on object storage redirect blob GETs to it
 MANIFEST_TYPES = (
@@ -216,7 +216,7 @@ class RegistrySource(Source):
         limit = expected.size if expected and expected.size is not None else MAX_MANIFEST
         seen = 0
         try:
-            for chunk in response.raw.stream(CHUNK, decode_content=False):
+            for chunk in body_chunks(response):
                 self.received += len(chunk)
                 seen += len(chunk)
                 if seen > limit:
@@ -227,7 +227,7 @@ class RegistrySource(Source):
                 if hasher:
                     hasher.update(chunk)
                 yield chunk
-        except (urllib3.exceptions.HTTPError, requests.RequestException, OSError) as error:
+        except BROKEN as error:
             raise Transient(f"{self.reference.host}{path} broke: {error}") from error
         finally:
             response.close()
