@@ -8,13 +8,35 @@ VMDK extents that name host files.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import logging
+import os
 import struct
+import sys
+import types
 from dataclasses import dataclass
 
-from oslo_utils.imageutils import format_inspector as fi
-
 from importer.errors import ImportFailed, Reason
+
+
+def _format_inspector() -> types.ModuleType:
+    """oslo.utils' format_inspector, loaded without its package's ``__init__``.
+
+    That ``__init__`` imports oslo's qemu-img output parser and with it strutils, whose password-masking
+    regexes compile on import: 40 ms of every importer's start (a third of it), for code we never call.
+    """
+    if "oslo_utils.imageutils" not in sys.modules:
+        oslo = importlib.util.find_spec("oslo_utils")
+        if oslo is None or not oslo.submodule_search_locations:
+            raise ImportError("oslo.utils is not installed")
+        package = types.ModuleType("oslo_utils.imageutils")
+        package.__path__ = [os.path.join(oslo.submodule_search_locations[0], "imageutils")]
+        sys.modules[package.__name__] = package
+    return importlib.import_module("oslo_utils.imageutils.format_inspector")
+
+
+fi = _format_inspector()
 
 # qemu-img's names; "iso" is ours: qemu-img calls it raw, and we write it as raw.
 NEEDS_CONVERSION = ("qcow2", "vmdk", "vdi", "vpc", "vhdx")

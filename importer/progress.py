@@ -31,6 +31,23 @@ class Snapshot:
 Listener = Callable[[Snapshot], None]
 
 
+class Throttled:
+    """A listener told at most once every ``seconds``, and of every change of phase: for a log, which
+    would drown in the updates the metric beside it wants."""
+
+    def __init__(self, listener: Listener, *, seconds: float) -> None:
+        self._listener = listener
+        self._seconds = seconds
+        self._at = float("-inf")
+        self._phase: str | None = None
+
+    def __call__(self, snapshot: Snapshot) -> None:
+        now = time.monotonic()
+        if snapshot.phase != self._phase or now - self._at >= self._seconds:
+            self._at, self._phase = now, snapshot.phase
+            self._listener(snapshot)
+
+
 class Progress:
     def __init__(self, listeners: list[Listener] | None = None, *, min_interval: float = 0.2) -> None:
         self._listeners = list(listeners or [])
@@ -46,7 +63,11 @@ class Progress:
         self._convert_pct: float | None = None
 
     def add_listener(self, listener: Listener) -> None:
-        self._listeners.append(listener)
+        """Safe while an import runs (the pod's metric joins once its server is up); the newcomer hears the
+        current state at once."""
+        with self._lock:
+            self._listeners = [*self._listeners, listener]  # a new list: an emit in progress keeps its own
+        self._update(force=True)
 
     def transferred(self, done: int, total: int | None) -> None:
         with self._lock:

@@ -5,6 +5,7 @@ mid-import, retainAfterCompletion and deletion."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -61,6 +62,36 @@ def test_a_source_failing_twice_then_working(cdi: CDISystem, images: ImageSet, f
     expected = images.expected_raw("disk.raw.gz")
     size = expected.stat().st_size
     assert cdi.volume_sha256("flaky", length=size) == file_sha256(expected, length=size)
+
+
+def test_progress_during_an_import_comes_from_the_importer_and_never_goes_back(cdi: CDISystem, images: ImageSet,
+                                                                             fault_server: FaultServer) -> None:
+    """The source sends half the image, stalls, then drops the connection; the importer resumes from there.
+
+    While it stalls, the DataVolume shows CDI's "NN.NN%" scraped from the running importer's metric.
+    """
+    source = images.path("disk.raw")
+    size = source.stat().st_size
+    name = fault_server.publish(source, "halting.raw")
+    fault_server.behaviours[name] = Behaviour(stall_after=(size + 1) // 2, stall_seconds=15)
+    cdi.apply(datavolume("halting", {"http": {"url": fault_server.url(name)}}))
+    seen: list[str] = []
+
+    def succeeded() -> dict | None:
+        status = cdi.dv("halting").get("status") or {}
+        if status.get("progress") and status["progress"] not in seen[-1:]:
+            seen.append(status["progress"])
+        return status if status.get("phase") == names.SUCCEEDED else None
+
+    status = wait_for(succeeded, timeout=120, what="DataVolume halting: Succeeded")
+    assert status["progress"] == "100.0%" and status["restartCount"] == 0
+    during = [p for p in seen if re.fullmatch(r"\d{1,2}\.\d\d%", p) and p != "0.00%"]
+    assert during, f"no progress between 0 and 100 % was shown: {seen}"
+    values = [float(p.rstrip("%")) for p in seen if p != "N/A"]
+    assert values == sorted(values), f"progress went backwards: {seen}"
+    assert len(fault_server.requests_for(name)) == 2, "the dropped connection was resumed, not restarted"
+    expected = images.expected_raw("disk.raw")
+    assert cdi.volume_sha256("halting", length=size) == file_sha256(expected, length=size)
 
 
 def test_retry_limit_from_the_datavolume(cdi: CDISystem, images: ImageSet, fault_server: FaultServer) -> None:

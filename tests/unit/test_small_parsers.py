@@ -4,7 +4,7 @@ import pytest
 
 from importer.checksum import Expected, Hashes
 from importer.errors import ImportFailed, Reason
-from importer.progress import Progress
+from importer.progress import CONVERTING, Progress, Throttled
 from importer.quantity import parse_quantity
 from importer.targets import usable_space
 
@@ -57,3 +57,21 @@ def test_progress_never_goes_backwards_and_says_100_only_at_the_end():
     assert max(seen) < 100
     progress.complete()
     assert seen == sorted(seen) and seen[-1] == 100.0
+
+
+def test_a_listener_added_during_an_import_hears_where_it_stands_at_once():
+    progress = Progress(min_interval=60)
+    progress.transferred(30, 100)
+    seen = []
+    progress.add_listener(lambda s: seen.append(s.percent))
+    assert seen == [30.0]
+
+
+def test_a_throttled_listener_hears_every_phase_but_not_every_update():
+    seen = []
+    progress = Progress([Throttled(lambda s: seen.append((s.phase, s.percent)), seconds=60)], min_interval=0)
+    for done in range(0, 101, 10):
+        progress.transferred(done, 100)
+    progress.converting(50.0)
+    progress.complete()
+    assert seen == [("Transferring", 0.0), (CONVERTING, 99.9), ("Complete", 100.0)]
