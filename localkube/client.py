@@ -186,8 +186,12 @@ async def _call(handler: Handler, kind: str, obj: Object) -> None:
         await handler(kind, obj)
     except asyncio.CancelledError:
         raise
-    except Exception:  # one object's failure is logged and the informer goes on with the others
-        log.exception("handling %s %s failed", kind, obj.get("metadata", {}).get("name"))
+    except Exception as error:  # one object's failure is logged and the informer goes on with the others
+        name = obj.get("metadata", {}).get("name")
+        if isinstance(error, APIError) and error.code == 404:  # deleted while handled: its DELETED event follows
+            log.debug("%s %s went away while it was handled: %s", kind, name, error)
+        else:
+            log.exception("handling %s %s failed", kind, name)
 
 
 def now() -> str:
