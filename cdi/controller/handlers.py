@@ -226,14 +226,30 @@ def _sync_upload(pvc: Obj, *, config: Obj | None, config_status: Obj,
             deadline=datetime.datetime.now(datetime.timezone.utc) + upload.DEADLINE)) or k.get(pod_path)
     if pod is not None and signers is not None and (pod.get("status") or {}).get("phase", "Pending") == "Pending":
         # Also after a crash between creating the pod and its Secret: the pod waits for it.
-        k.create(_core("secrets", namespace=namespace),
-                 upload.upload_secret(pvc, pod, signer=signers.server, client_ca_pem=signers.client_ca_pem))
+        _own_upload_secret(pvc, pod, signers)
     if pod is None:
         return pvc, None
     pvc = _mirror_pod(pvc, pod, pod_path, config=config)
     if annotations(pvc).get(names.ANN_POD_PHASE) == names.SUCCEEDED:
         k.delete(_core("services", namespace=namespace, name=upload.upload_service_name(pvc)))
     return pvc, pod
+
+
+def _own_upload_secret(pvc: Obj, pod: Obj, signers: upload.Signers) -> None:
+    """The pod's TLS Secret, made for this pod. One of the same name may be left by the pod before it (a
+    restart after the deadline reuses the name) until the garbage collector deletes it for its gone owner:
+    kept, it would give the new pod old certificates and then vanish under it. It is taken over instead."""
+    k = kube()
+    namespace = meta(pvc).get("namespace", "")
+    secret_path = _core("secrets", namespace=namespace, name=upload.pod_name(pvc))
+    existing = k.get(secret_path)
+    owners = {ref.get("uid") for ref in meta(existing).get("ownerReferences") or []} if existing else set()
+    if meta(pod).get("uid") in owners:
+        return
+    body = upload.upload_secret(pvc, pod, signer=signers.server, client_ca_pem=signers.client_ca_pem)
+    if existing is None or k.patch(secret_path, {"metadata": {"ownerReferences": body["metadata"]["ownerReferences"]},
+                                                 "data": body["data"]}) is None:
+        k.create(_core("secrets", namespace=namespace), body)
 
 
 def _mirror_pod(pvc: Obj, pod: Obj, pod_path: str, *, config: Obj | None) -> Obj:

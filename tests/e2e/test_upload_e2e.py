@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from cdi.api import names
+from cdi.controller.upload import pod_name as upload_pod_name
 from cdi.controller.kube import path as api_path
 from tests.e2e.test_import_e2e import assert_volume_holds
 from tests.fixtures.cdi_system import CDISystem, datavolume
@@ -268,3 +269,29 @@ def test_a_cut_upload_resumes_where_the_server_stopped(cdi: CDISystem, images: I
     assert result.bytes_sent - size <= size // 10 + CHUNK
     assert_upload_succeeded(cdi, "resumed")
     assert_volume_holds(cdi, "resumed", images.expected_raw("disk.raw"))
+
+
+def test_a_secret_left_by_an_earlier_upload_pod_is_taken_over(cdi: CDISystem, images: ImageSet) -> None:
+    """A restart after the deadline reuses the upload pod's name, and the Secret of the pod before it may still
+    be there, owned by that pod, until the garbage collector comes. Here its owner is a pod that stays, so the
+    collector never comes: the new upload pod gets certificates of its own, or no upload could reach it."""
+    name = "taken-over"
+    secret_name = upload_pod_name({"metadata": {"name": name}})
+    earlier = cdi.api.create(cdi.core_path("pods"), {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"earlier-{name}", "namespace": cdi.namespace},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox",
+                                                           "command": ["sleep", "600"]}]}})
+    stale = base64.b64encode(b"not a certificate").decode()
+    try:
+        cdi.api.create(cdi.core_path("secrets"), {
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": secret_name, "namespace": cdi.namespace, "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": earlier["metadata"]["name"],
+                 "uid": earlier["metadata"]["uid"]}]},
+            "data": {"tls.crt": stale, "tls.key": stale, "ca.crt": stale}})
+        result = image_upload(cdi, "dv", name, f"--image-path={images.path('disk.qcow2')}", f"--size={SIZE}")
+        uploaded(result, cdi, "dv", name, images.path("disk.qcow2"))
+        assert_upload_succeeded(cdi, name)
+        assert_volume_holds(cdi, name, images.expected_raw("disk.qcow2"))
+    finally:
+        cdi.api.delete(cdi.core_path("pods", earlier["metadata"]["name"]))
