@@ -2,8 +2,9 @@
 
 requests' and urllib3's chunk iterators copy every chunk twice more (http.client's ``read(amt)`` fills a
 bytearray and returns it as bytes, urllib3 then buffers it again): reading 512 MiB from nginx on 127.0.0.1
-took 0.17-0.20 s this way against 0.22-0.25 s through urllib3, on a core the pipeline's other stages want. The response's http.client object still does the framing (Content-Length,
-chunked encoding) and keeps the connection's accounting right; we only hand it the buffer to fill.
+took 0.17-0.20 s this way against 0.22-0.25 s through urllib3, on a core the pipeline's other stages want.
+The response's http.client object still does the framing (Content-Length, chunked encoding) and keeps the
+connection's accounting right; we only hand it the buffer to fill.
 """
 
 from __future__ import annotations
