@@ -220,6 +220,9 @@ def _sync_upload(pvc: Obj, *, config: Obj | None, config_status: Obj,
         if names.ANN_UPLOAD_POD_NAME not in annotations(pvc):
             pvc = k.patch(pvc_path, {"metadata": {"annotations": {
                 names.ANN_UPLOAD_POD_NAME: upload.pod_name(pvc)}}}) or pvc
+        # A Secret of the pod's name left by the pod before it (a restart after the deadline reuses the name)
+        # would let the new pod start at once with the old files: gone first, the new pod waits for its own.
+        k.delete(_core("secrets", namespace=namespace, name=upload.pod_name(pvc)))
         k.create(_core("services", namespace=namespace), upload.upload_service(pvc))
         pod = k.create(_core("pods", namespace=namespace), upload.upload_pod(
             pvc, image=_settings.upload_image, cdi_config_status=config_status, pull_policy=_settings.pull_policy,
@@ -236,9 +239,9 @@ def _sync_upload(pvc: Obj, *, config: Obj | None, config_status: Obj,
 
 
 def _own_upload_secret(pvc: Obj, pod: Obj, signers: upload.Signers) -> None:
-    """The pod's TLS Secret, made for this pod. One of the same name may be left by the pod before it (a
-    restart after the deadline reuses the name) until the garbage collector deletes it for its gone owner:
-    kept, it would give the new pod old certificates and then vanish under it. It is taken over instead."""
+    """The pod's TLS Secret, made for this pod. One owned by another pod (left by the pod before it, and made
+    again after the new pod was created) is taken over: kept, the garbage collector would delete it under the
+    new pod once its owner is gone."""
     k = kube()
     namespace = meta(pvc).get("namespace", "")
     secret_path = _core("secrets", namespace=namespace, name=upload.pod_name(pvc))
