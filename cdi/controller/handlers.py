@@ -239,20 +239,12 @@ def _sync_upload(pvc: Obj, *, config: Obj | None, config_status: Obj,
 
 
 def _own_upload_secret(pvc: Obj, pod: Obj, signers: upload.Signers) -> None:
-    """The pod's TLS Secret, made for this pod. One owned by another pod (left by the pod before it, and made
-    again after the new pod was created) is taken over: kept, the garbage collector would delete it under the
-    new pod once its owner is gone."""
+    """The pod's TLS Secret, signed once: any Secret of its name from an earlier pod went before this pod came."""
     k = kube()
     namespace = meta(pvc).get("namespace", "")
-    secret_path = _core("secrets", namespace=namespace, name=upload.pod_name(pvc))
-    existing = k.get(secret_path)
-    owners = {ref.get("uid") for ref in meta(existing).get("ownerReferences") or []} if existing else set()
-    if meta(pod).get("uid") in owners:
-        return
-    body = upload.upload_secret(pvc, pod, signer=signers.server, client_ca_pem=signers.client_ca_pem)
-    if existing is None or k.patch(secret_path, {"metadata": {"ownerReferences": body["metadata"]["ownerReferences"]},
-                                                 "data": body["data"]}) is None:
-        k.create(_core("secrets", namespace=namespace), body)
+    if k.get(_core("secrets", namespace=namespace, name=upload.pod_name(pvc))) is None:
+        k.create(_core("secrets", namespace=namespace),
+                 upload.upload_secret(pvc, pod, signer=signers.server, client_ca_pem=signers.client_ca_pem))
 
 
 def _mirror_pod(pvc: Obj, pod: Obj, pod_path: str, *, config: Obj | None) -> Obj:

@@ -271,7 +271,7 @@ def test_a_cut_upload_resumes_where_the_server_stopped(cdi: CDISystem, images: I
     assert_volume_holds(cdi, "resumed", images.expected_raw("disk.raw"))
 
 
-def test_a_secret_left_by_an_earlier_upload_pod_is_taken_over(cdi: CDISystem, images: ImageSet) -> None:
+def test_a_secret_left_by_an_earlier_upload_pod_is_replaced(cdi: CDISystem, images: ImageSet) -> None:
     """A restart after the deadline reuses the upload pod's name, and the Secret of the pod before it may still
     be there, owned by that pod, until the garbage collector comes. Here its owner is a pod that stays, so the
     collector never comes: the new upload pod gets certificates of its own, or no upload could reach it."""
