@@ -30,6 +30,7 @@ from importer.sources.base import Source, SourceOptions
 from importer.targets import Target, open_target
 from importer.transfer import RetryPolicy, Transfer
 from importer.window import Window
+from importer.writeback import Writeback
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,8 @@ def _tapped(transfer: Transfer, hashes: Hashes, progress: Progress) -> Iterator[
 def _write_raw(stream: Iterator[bytes], target: Target, *, preallocate: bool) -> int:
     writer = RawWriter(target.work_path, block_device=target.is_block, limit=target.capacity, preallocate=preallocate)
     try:
-        return writer.write_all(stream)
+        with Writeback(target.work_path):
+            return writer.write_all(stream)
     finally:
         writer.close()
 
@@ -189,7 +191,8 @@ def _convert(stream: Iterator[bytes], target: Target, *, transfer: Transfer, inf
         process = qemu.convert(source=server.url, source_format=info.format, dest=target.work_path,
                                block=target.is_block, preallocate=preallocate, on_progress=progress.converting)
         try:
-            qemu.wait(process)
+            with Writeback(target.work_path):
+                qemu.wait(process)
         except ImportFailed as failure:
             _raise_download_error(buffer)
             if server.read_past_end:
