@@ -7,6 +7,7 @@ and served to qemu-img over NBD as it arrives (see :mod:`importer.nbd`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import tempfile
 import threading
@@ -191,7 +192,7 @@ def _convert(stream: Iterator[bytes], target: Target, *, transfer: Transfer, inf
         process = qemu.convert(source=server.url, source_format=info.format, dest=target.work_path,
                                block=target.is_block, preallocate=preallocate, on_progress=progress.converting)
         try:
-            with Writeback(target.work_path):
+            with contextlib.nullcontext() if target.is_block else Writeback(target.work_path):
                 qemu.wait(process)
         except ImportFailed as failure:
             _raise_download_error(buffer)

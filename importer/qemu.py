@@ -25,8 +25,15 @@ def _limits() -> None:
 
 def convert(*, source: str, source_format: str, dest: Path, block: bool, preallocate: bool,
             on_progress: Callable[[float], None]) -> subprocess.Popen[bytes]:
-    """Start ``qemu-img convert`` to raw; returns the running process (see :func:`wait`)."""
-    args = [QEMU_IMG, "convert", "-p", "-t", "writeback", "-W", "-f", source_format, "-O", "raw"]
+    """Start ``qemu-img convert`` to raw; returns the running process (see :func:`wait`).
+
+    A block device is written with O_DIRECT (``-t none``, what CDI falls back to after an OOM kill): through
+    the page cache, every byte is copied once more and held dirty until the end (on a loop device over a file:
+    0.6-2.1 s against 0.42 s for 512 MiB, flush included). A file may sit on a filesystem without O_DIRECT,
+    so it is written back as it goes (``importer.writeback``).
+    """
+    cache = "none" if block else "writeback"
+    args = [QEMU_IMG, "convert", "-p", "-t", cache, "-W", "-f", source_format, "-O", "raw"]
     if preallocate:
         args += ["-S", "0"] if block else ["-o", "preallocation=falloc"]
     args += [source, str(dest)]
