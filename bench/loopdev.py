@@ -8,6 +8,8 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+from localkube.storage.hostvolumes import MKFS_EXT4
+
 
 class LoopDevice:
     """Attached on construction; :meth:`close` detaches it (loop devices outlive the process that made them)."""
@@ -35,8 +37,7 @@ def ext4_volume(backing: Path, *, size: int) -> Iterator[Path]:
     loop = LoopDevice(backing, size=size)
     mountpoint = backing.with_suffix(".mnt")
     try:
-        subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0",
-                        str(loop.path)], check=True)
+        subprocess.run([*MKFS_EXT4, str(loop.path)], check=True)
         mountpoint.mkdir()
         subprocess.run(["mount", str(loop.path), str(mountpoint)], check=True)
         try:

@@ -55,9 +55,14 @@ async def detach_loop(device: str) -> None:
     await run("losetup", "--detach", device)
 
 
+# For a device over a freshly made sparse file, which reads as zeros throughout: discarding it or zeroing its
+# journal again is wasted time (the journal is 64 MiB of a 2 GiB volume: 60 of mkfs's 90 ms). The inode tables
+# are still written now, so no kernel thread zeroes them later under the pod's import.
+MKFS_EXT4 = ("mkfs.ext4", "-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=1")
+
+
 async def make_ext4(device: str) -> None:
-    # nodiscard: the file is freshly sparse, discarding it is wasted time; no lazy init so free space is final.
-    await run("mkfs.ext4", "-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0", device)
+    await run(*MKFS_EXT4, device)
 
 
 async def mount(device: str, target: Path) -> None:
