@@ -25,9 +25,8 @@ TICK = 0.05  # seconds: at 1 GB/s a tick's data is 50 MiB, what the final fsync 
 class Writeback:
     """While open, keeps ``path`` (a file the writer may not have created yet, or a block device) written back."""
 
-    def __init__(self, path: Path, *, tick: float = TICK) -> None:
+    def __init__(self, path: Path) -> None:
         self._path = path
-        self._tick = tick
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="writeback", daemon=True)
 
@@ -43,7 +42,7 @@ class Writeback:
     def _run(self) -> None:
         fd = None
         try:
-            while not self._stop.wait(self._tick):
+            while not self._stop.wait(TICK):
                 if fd is None:
                     try:
                         fd = os.open(self._path, os.O_RDONLY)
