@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import datetime
 import logging
 import os
@@ -350,7 +351,26 @@ async def serve(config: Config, *, host: str, port: int, ssl_context: ssl.SSLCon
     return server
 
 
+# glibc's mallopt parameters, and values measured on a 4 GiB raw upload: with them the server spent 4.0-4.4 CPU-s
+# instead of 5.6 and took 4.0 s instead of 4.9. asyncio's TLS reads allocate a buffer of up to 256 KiB per record
+# and aiohttp joins them into 1 MiB chunks; glibc's default gave those heap pages back to the kernel as soon as
+# they were freed, so every chunk faulted in freshly zeroed pages again. Keeping up to 32 MiB of free heap (and
+# allocating below 4 MiB from it) bounds what is kept.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_KEEP_FREE, _MMAP_FROM = 32 << 20, 4 << 20
+
+
+def _keep_heap() -> None:
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc: its allocator has its own policy
+        return
+    mallopt(_M_MMAP_THRESHOLD, _MMAP_FROM)
+    mallopt(_M_TRIM_THRESHOLD, _KEEP_FREE)
+
+
 def main(argv: list[str] | None = None) -> int:
+    _keep_heap()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     env = dict(os.environ)
     termination = Path(env.get(c.TERMINATION_LOG) or ic.DEFAULT_TERMINATION_LOG)
