@@ -2,7 +2,8 @@
 proxy of `cdi local` into upload server pods the controller starts, with tokens from the UploadTokenRequest
 API; the bytes a pod reads back from the volume are those of `qemu-img convert` of the same file. What the proxy
 and the upload server refuse is refused with CDI's status and text, and leaves the DataVolume waiting for a good
-upload; a cut upload continues where the server stopped."""
+upload; a cut upload continues where the server stopped; an upload pod past its deadline (from the CDI CR's
+certConfig) gives way to a fresh one."""
 
 from __future__ import annotations
 
