@@ -6,6 +6,8 @@ Importer env var names are not here: :mod:`importer.contract` owns them.
 
 from __future__ import annotations
 
+import datetime
+
 from importer.contract import CONTENT_ARCHIVE, CONTENT_KUBEVIRT
 
 GROUP = "cdi.kubevirt.io"
@@ -237,6 +239,11 @@ ENV_WEBHOOK_CA = "CDI_WEBHOOK_CA"
 GATE_HONOR_WFFC = "HonorWaitForFirstConsumer"
 GATE_CLAIM_ADOPTION = "DataVolumeClaimAdoption"
 GATE_WEBHOOK_PVC_RENDERING = "WebhookPvcRendering"
+
+# The CDI CR's spec.certConfig defaults for the server and client certificates: they last 24h and are renewed
+# 12h before they end. An upload server stops when the first of them is due (cdi-facts §4.5): 12h by default.
+DEFAULT_CERT_DURATION = datetime.timedelta(hours=24)
+DEFAULT_CERT_RENEW_BEFORE = datetime.timedelta(hours=12)
 
 # CDIConfig defaults (§5.9, §3.1).
 DEFAULT_FILESYSTEM_OVERHEAD = "0.06"

@@ -59,7 +59,8 @@ def new_ca(common_name: str) -> KeyPair:
     return _pem(cert, key)
 
 
-def issue(ca: KeyPair, *, common_name: str, server: bool, hosts: Sequence[str] = ()) -> KeyPair:
+def issue(ca: KeyPair, *, common_name: str, server: bool, hosts: Sequence[str] = (),
+          lifetime: datetime.timedelta = LEAF_LIFETIME) -> KeyPair:
     """A leaf signed by ``ca``; ``hosts`` (DNS names or IP addresses) become its subject alternative names."""
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
@@ -67,7 +68,7 @@ def issue(ca: KeyPair, *, common_name: str, server: bool, hosts: Sequence[str] =
     key = ec.generate_private_key(ec.SECP256R1())
     usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
     builder = (_builder(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]), ca_cert.subject,
-                        key.public_key(), LEAF_LIFETIME)
+                        key.public_key(), lifetime)
                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
     if hosts:

@@ -1,4 +1,5 @@
-"""Cluster-wide settings as pure functions: CDIConfig status, StorageProfiles, default classes, overhead.
+"""Cluster-wide settings as pure functions: CDIConfig status, StorageProfiles, default classes, overhead, and
+the upload server's lifetime from the CDI CR's certConfig.
 
 KubeVirt refuses to size volumes until ``CDIConfig/config`` has a filesystem overhead for every
 StorageClass, and reads access modes from StorageProfiles (cdi-facts §5.9, §5.10, §9.1).
@@ -7,9 +8,12 @@ StorageClass, and reads access modes from StorageProfiles (cdi-facts §5.9, §5.
 from __future__ import annotations
 
 import copy
+import datetime
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from cdi.api import names
+from cdi.api.duration import parse_duration
 from cdi.api.spec import Obj, annotations, meta, pod_resource_override
 
 # Built-in claim property sets by provisioner (§5.10); ours first: the embedded local cluster's provisioner.
@@ -85,6 +89,48 @@ def max_restarts(config: Obj | None, pvc: Obj) -> int:
         if value is not None and value.strip().isdigit():
             return int(value)
     return names.DEFAULT_MAX_RESTARTS
+
+
+@dataclass(frozen=True)
+class UploadLifetimes:
+    deadline: datetime.timedelta  # how long an upload server waits for an upload before a fresh one replaces it
+    server_certificate: datetime.timedelta  # how long its serving certificate is valid: past the deadline
+
+
+def upload_lifetimes(cdi: Obj | None) -> UploadLifetimes:
+    """From the CDI CR's ``spec.certConfig``, as CDI's upload controller: the server stops when the first of the
+    server and client certificates is due for renewal (``duration - renewBefore``), so a fresh pod with fresh
+    certificates takes over before either runs out; the server certificate is issued for its full ``duration``."""
+    cert_config = ((cdi or {}).get("spec") or {}).get("certConfig")
+    entries = cert_config if isinstance(cert_config, dict) else {}
+    server_duration, server_renew = _certificate(entries.get("server"))
+    client_duration, client_renew = _certificate(entries.get("client"))
+    return UploadLifetimes(deadline=min(server_duration - server_renew, client_duration - client_renew),
+                           server_certificate=server_duration)
+
+
+def _certificate(entry: object) -> tuple[datetime.timedelta, datetime.timedelta]:
+    """One certificate's (duration, renewBefore): a field left out takes CDI's default; an entry with a value Go
+    would not parse, or that leaves no time before renewal, is ignored whole, as mixing it with defaults could
+    give a lifetime nobody asked for."""
+    defaults = names.DEFAULT_CERT_DURATION, names.DEFAULT_CERT_RENEW_BEFORE
+    fields = entry if isinstance(entry, dict) else {}
+    try:
+        duration = _duration(fields.get("duration"), default=names.DEFAULT_CERT_DURATION)
+        renew = _duration(fields.get("renewBefore"), default=names.DEFAULT_CERT_RENEW_BEFORE)
+    except ValueError:
+        return defaults
+    if renew < datetime.timedelta(0) or duration <= renew:
+        return defaults
+    return duration, renew
+
+
+def _duration(value: object, *, default: datetime.timedelta) -> datetime.timedelta:
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise ValueError(f"not a duration: {value!r}")
+    return parse_duration(value)
 
 
 def storage_profile(storage_class: Obj, *, existing: Obj | None = None, has_snapshot_class: bool = False) -> Obj:

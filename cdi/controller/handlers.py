@@ -29,7 +29,7 @@ from cdi.api import names
 from cdi.api.spec import Obj, annotations, meta
 from cdi.api.validation import Invalid, validate_datavolume
 from cdi.controller import certs, upload
-from cdi.controller.config import cdi_config_status, max_restarts, storage_profile
+from cdi.controller.config import UploadLifetimes, cdi_config_status, max_restarts, storage_profile, upload_lifetimes
 from cdi.controller.importer_pod import importer_pod, is_import_claim, pod_name, wants_importer_pod
 from cdi.controller.kube import Kube, path
 from cdi.controller.memory import Recent, Seen
@@ -108,6 +108,12 @@ def _storage_classes() -> list[Obj]:
 
 def _config() -> Obj | None:
     return kube().get(_cdi(names.CDICONFIGS, name=names.CDICONFIG_NAME))
+
+
+def _cdi_resource() -> Obj | None:
+    """The CDI CR (there is one). Read afresh where an upload pod's lifetimes are decided, not cached: that is
+    rare, and a certConfig just changed then applies to the very next pod."""
+    return next(iter(kube().list(_cdi(names.CDIS))), None)
 
 
 def _post_events(involved: Obj, events: list[Event]) -> None:
@@ -210,6 +216,7 @@ def _sync_upload(pvc: Obj, *, config: Obj | None, config_status: Obj,
     pod_path = _core("pods", namespace=namespace, name=upload.pod_name(pvc))
     pod = k.get(pod_path)
     signers = _settings.upload_signers
+    lifetimes: UploadLifetimes | None = None
     if pod is None:
         if (not upload.wants_upload_pod(pvc, honor_wait_for_first_consumer=names.GATE_HONOR_WFFC in gates)
                 or signers is None):
@@ -224,12 +231,13 @@ def _sync_upload(pvc: Obj, *, config: Obj | None, config_status: Obj,
         # would let the new pod start at once with the old files: gone first, the new pod waits for its own.
         k.delete(_core("secrets", namespace=namespace, name=upload.pod_name(pvc)))
         k.create(_core("services", namespace=namespace), upload.upload_service(pvc))
+        lifetimes = upload_lifetimes(_cdi_resource())
         pod = k.create(_core("pods", namespace=namespace), upload.upload_pod(
             pvc, image=_settings.upload_image, cdi_config_status=config_status, pull_policy=_settings.pull_policy,
-            deadline=datetime.datetime.now(datetime.timezone.utc) + upload.DEADLINE)) or k.get(pod_path)
+            deadline=datetime.datetime.now(datetime.timezone.utc) + lifetimes.deadline)) or k.get(pod_path)
     if pod is not None and signers is not None and (pod.get("status") or {}).get("phase", "Pending") == "Pending":
         # Also after a crash between creating the pod and its Secret: the pod waits for it.
-        _own_upload_secret(pvc, pod, signers)
+        _own_upload_secret(pvc, pod, signers, lifetimes=lifetimes)
     if pod is None:
         return pvc, None
     pvc = _mirror_pod(pvc, pod, pod_path, config=config)
@@ -238,13 +246,17 @@ def _sync_upload(pvc: Obj, *, config: Obj | None, config_status: Obj,
     return pvc, pod
 
 
-def _own_upload_secret(pvc: Obj, pod: Obj, signers: upload.Signers) -> None:
-    """The pod's TLS Secret, signed once: any Secret of its name from an earlier pod went before this pod came."""
+def _own_upload_secret(pvc: Obj, pod: Obj, signers: upload.Signers, *, lifetimes: UploadLifetimes | None) -> None:
+    """The pod's TLS Secret, signed once: any Secret of its name from an earlier pod went before this pod came.
+
+    ``lifetimes`` are those the pod was just made with, so that its certificate outlives its deadline; None when
+    the pod is older than this reconcile (its Secret was lost to a crash): the CDI CR is read again."""
     k = kube()
     namespace = meta(pvc).get("namespace", "")
     if k.get(_core("secrets", namespace=namespace, name=upload.pod_name(pvc))) is None:
-        k.create(_core("secrets", namespace=namespace),
-                 upload.upload_secret(pvc, pod, signer=signers.server, client_ca_pem=signers.client_ca_pem))
+        lifetime = (lifetimes or upload_lifetimes(_cdi_resource())).server_certificate
+        k.create(_core("secrets", namespace=namespace), upload.upload_secret(
+            pvc, pod, signer=signers.server, client_ca_pem=signers.client_ca_pem, lifetime=lifetime))
 
 
 def _mirror_pod(pvc: Obj, pod: Obj, pod_path: str, *, config: Obj | None) -> Obj:
@@ -386,7 +398,7 @@ def reconcile_cluster_config() -> None:
             k.patch(_cdi(names.CDIS, name=meta(cdi)["name"], subresource="status"), {"status": {"phase": "Deployed"}})
     config = _config()
     if config is None:
-        cdi_spec = (next(iter(k.list(_cdi(names.CDIS))), {}).get("spec") or {})
+        cdi_spec = (_cdi_resource() or {}).get("spec") or {}
         config = k.create(_cdi(names.CDICONFIGS), {
             "apiVersion": names.API_VERSION, "kind": names.CDICONFIG, "metadata": {"name": names.CDICONFIG_NAME},
             "spec": cdi_spec.get("config") or {}}) or _config()

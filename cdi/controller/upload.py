@@ -24,8 +24,6 @@ from cdi.controller.pvc import owner_reference
 from importer import contract as ic
 from uploadproxy import contract as uc
 
-# CDI's default: the upload server gives up after 12 hours and a fresh one (with fresh certificates) follows.
-DEADLINE = datetime.timedelta(hours=12)
 TLS_DIR = "/etc/tls"
 
 
@@ -119,9 +117,11 @@ def upload_service(pvc: Obj) -> Obj:
     }
 
 
-def upload_secret(pvc: Obj, pod: Obj, *, signer: certs.KeyPair, client_ca_pem: bytes) -> Obj:
+def upload_secret(pvc: Obj, pod: Obj, *, signer: certs.KeyPair, client_ca_pem: bytes,
+                  lifetime: datetime.timedelta) -> Obj:
     """The upload pod's TLS Secret, owned by the pod: a new pod (after a deadline) gets new certificates."""
-    server = certs.issue(signer, common_name=upload_service_name(pvc), server=True, hosts=server_hosts(pvc))
+    server = certs.issue(signer, common_name=upload_service_name(pvc), server=True, hosts=server_hosts(pvc),
+                         lifetime=lifetime)
     files = {"tls.key": server.key_pem, "tls.crt": server.cert_pem, "ca.crt": client_ca_pem}
     return {
         "apiVersion": "v1", "kind": "Secret", "type": "Opaque",

