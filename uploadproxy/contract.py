@@ -25,6 +25,9 @@ LISTEN_PORT = "LISTEN_PORT"
 TERMINATION_LOG = "UPLOAD_TERMINATION_LOG"
 RESUME_TIMEOUT = "UPLOAD_RESUME_TIMEOUT"
 CONTENT_TYPE = "UPLOAD_CONTENT_TYPE"
+# Ours: where the server serves the importer's progress metric (importer.contract.PROGRESS_METRIC, labelled with
+# OWNER_UID) for the controller to scrape, so an upload DataVolume shows its progress (CDI's shows N/A).
+METRICS_PORT = "UPLOAD_METRICS_PORT"
 
 DEFAULT_TLS_KEY = "/etc/tls/tls.key"
 DEFAULT_TLS_CERT = "/etc/tls/tls.crt"
@@ -32,6 +35,7 @@ DEFAULT_CLIENT_CA = "/etc/tls/ca.crt"
 DEFAULT_DESTINATION = "/data/disk.img"
 DEFAULT_LISTEN_ADDRESS = "0.0.0.0"  # noqa: S104 - the pod IP is what the proxy reaches
 DEFAULT_PORT = 8443
+DEFAULT_METRICS_PORT = 8444
 UPLOAD_CLIENT_NAME = "client.upload-server.cdi.kubevirt.io"
 
 # Upload proxy (cdi-facts §4.1).

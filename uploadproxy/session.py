@@ -14,12 +14,12 @@ import hashlib
 import logging
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from importer.checksum import Expected
 from importer.errors import ImportFailed, Reason
 from importer.pipeline import ImportRequest, ImportResult, run_import
-from importer.progress import Progress, Snapshot
+from importer.progress import Listener, Progress, Snapshot
 from importer.sources.base import Probe, Source
 
 log = logging.getLogger("cdi-uploadserver")
@@ -51,7 +51,7 @@ class BodySource(Source):
 
 class Session:
     def __init__(self, request: ImportRequest, *, size: int | None, expected: Expected | None,
-                 resumable: bool) -> None:
+                 resumable: bool, listeners: Sequence[Listener] = ()) -> None:
         self.size = size
         self.resumable = resumable and size is not None
         self.received = 0  # body bytes handed to the pipeline: where a resumed connection must start
@@ -59,6 +59,7 @@ class Session:
         self.cuts = 0  # connections lost so far: a resume timer only expires the cut it was set for
         self.snapshot: Snapshot | None = None
         self._expected = expected
+        self._listeners = listeners
         self._hash = hashlib.new(expected.algorithm) if expected else None
         self._source = BodySource(size)
         self.result: concurrent.futures.Future[ImportResult] = concurrent.futures.Future()
@@ -66,7 +67,7 @@ class Session:
         self._thread.start()
 
     def _run(self, request: ImportRequest) -> None:
-        progress = Progress([self._on_progress], min_interval=1.0)
+        progress = Progress([self._on_progress, *self._listeners], min_interval=1.0)
         try:
             self.result.set_result(run_import(request, progress=progress, source=self._source))
         except BaseException as error:  # noqa: BLE001 - handed to whoever waits for the result

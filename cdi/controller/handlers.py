@@ -77,7 +77,7 @@ _settings = Settings()
 _queue: WorkQueue[Key] = WorkQueue()
 _seen = Seen()
 _recent = Recent(CLUSTER_CONFIG_TTL)
-_running: dict[tuple[str, str], Obj] = {}  # (namespace, DataVolume): its importer pod while it runs
+_running: dict[tuple[str, str], Obj] = {}  # (namespace, DataVolume): its importer or upload pod while it runs
 _progress: dict[tuple[str, str], str] = {}  # (namespace, DataVolume): progress scraped since it ran
 
 
@@ -319,7 +319,10 @@ async def upload_claim_changed(type: str | None, body: kopf.Body, name: str, nam
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_CDI_COMPONENT: names.UPLOAD_SERVER_COMPONENT})
 async def upload_server_changed(type: str | None, body: kopf.Body, namespace: str, **_: Any) -> None:
     claim = _owning_claim(dict(body))
-    if claim and _seen.is_news(type, dict(body)):
+    if not claim:
+        return
+    _track_running(type, dict(body), key=(namespace, claim))
+    if _seen.is_news(type, dict(body)):
         _queue.add((DATAVOLUME, namespace, claim))  # when the PVC has a DataVolume
         _queue.add((UPLOAD_CLAIM, namespace, claim))  # when it has none
 
@@ -330,12 +333,17 @@ async def importer_changed(type: str | None, body: kopf.Body, namespace: str, **
     claim = _owning_claim(dict(body))
     if not claim:
         return
-    if type != "DELETED" and (body.get("status") or {}).get("phase") == "Running":
-        _running[(namespace, claim)] = dict(body)
-    else:
-        _running.pop((namespace, claim), None)
+    _track_running(type, dict(body), key=(namespace, claim))
     if _seen.is_news(type, dict(body)):
         _queue.add((DATAVOLUME, namespace, claim))
+
+
+def _track_running(type: str | None, pod: Obj, *, key: tuple[str, str]) -> None:
+    """A running worker pod (importer or upload server) is scraped for progress until it stops."""
+    if type != "DELETED" and (pod.get("status") or {}).get("phase") == "Running":
+        _running[key] = pod
+    else:
+        _running.pop(key, None)
 
 
 def _reconcile(key: Key) -> None:
@@ -349,7 +357,7 @@ def _owning_claim(pod: Obj) -> str | None:
 
 
 async def _poll_progress() -> None:
-    """Progress is a metric, not an object: scrape the running importers every two seconds, and reconcile the
+    """Progress is a metric, not an object: scrape the running worker pods every two seconds, and reconcile the
     DataVolumes whose progress moved."""
     while True:
         await asyncio.sleep(PROGRESS_INTERVAL)

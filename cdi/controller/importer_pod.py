@@ -40,6 +40,12 @@ def wants_importer_pod(pvc: Obj, *, honor_wait_for_first_consumer: bool = True) 
     return bound or names.ANN_IMMEDIATE_BINDING in pvc_annotations or not honor_wait_for_first_consumer
 
 
+def progress_owner(pvc: Obj) -> str:
+    """The uid a worker pod labels its progress metric with: the DataVolume's when one owns the PVC."""
+    owners = meta(pvc).get("ownerReferences") or []
+    return str(owners[0].get("uid", "") if len(owners) == 1 else meta(pvc).get("uid", ""))
+
+
 def pod_name(pvc: Obj) -> str:
     return annotations(pvc).get(names.ANN_IMPORT_POD_NAME) or importer_pod_name(meta(pvc).get("name", ""))
 
@@ -130,13 +136,12 @@ def _env(pvc: Obj, *, config_status: Obj, block: bool, insecure_registries: Iter
     insecure = a.get(names.ANN_INSECURE_SKIP_VERIFY) == "true" or (
         source == c.SOURCE_REGISTRY and _registry_host(endpoint) in set(insecure_registries))
     proxy = config_status.get("importProxy") or {}
-    owners = meta(pvc).get("ownerReferences") or []
     values = {
         c.SOURCE: source,
         c.ENDPOINT: endpoint,
         c.CONTENT_TYPE: a.get(names.ANN_CONTENT_TYPE) or c.CONTENT_KUBEVIRT,
         c.IMAGE_SIZE: str(requested_size(pvc.get("spec") or {}) or ""),
-        c.OWNER_UID: owners[0].get("uid", "") if len(owners) == 1 else meta(pvc).get("uid", ""),
+        c.OWNER_UID: progress_owner(pvc),
         c.FILESYSTEM_OVERHEAD: overhead,
         c.INSECURE_TLS: str(insecure).lower(),
         c.CHECKSUM: a.get(names.ANN_CHECKSUM, ""),

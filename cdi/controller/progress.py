@@ -1,4 +1,5 @@
-"""Import progress, scraped from the importer pod's metrics endpoint as CDI's controller does (cdi-facts §3.9).
+"""Import and upload progress, scraped from the worker pod's metrics endpoint as CDI's controller scrapes importers
+(cdi-facts §3.9).
 
 The only polled thing in the controller: a metric cannot be watched. The endpoint is HTTPS with a certificate
 the pod made up at start, so it is not verified; the value is only ever shown, never trusted for decisions.

@@ -182,9 +182,8 @@ def dv_status(
         if phase == names.FAILED and bound[1] == names.REASON_CLAIM_LOST and old_phase != names.FAILED:
             events.append(Event(WARNING, names.EVENT_ERR_CLAIM_LOST, f"PVC {meta(pvc).get('name', '')} lost"))
         running = _running_condition(annotations(pvc))
-        # Upload DVs show "N/A" throughout, as CDI's (it does not track upload progress).
-        status["progress"] = names.PROGRESS_UNKNOWN if upload else _progress(old.get("progress"), progress,
-                                                                             phase=phase)
+        # Uploads too, which CDI leaves at "N/A" throughout (cdi#2449): the upload server knows the body's size.
+        status["progress"] = _progress(old.get("progress"), progress, phase=phase)
         status["restartCount"] = _int(annotations(pvc).get(names.ANN_POD_RESTARTS))
     status["phase"] = phase
     ready = ("True", "", "") if phase == names.SUCCEEDED else ("Unknown" if phase == names.UNKNOWN else "False", "", "")

@@ -18,7 +18,7 @@ from cdi.api import names
 from cdi.api.spec import Obj, annotations, meta, requested_size
 from cdi.controller import certs
 from cdi.controller.config import filesystem_overhead
-from cdi.controller.importer_pod import is_block, worker_pod
+from cdi.controller.importer_pod import is_block, progress_owner, worker_pod
 from cdi.controller.naming import generated_name, service_name
 from cdi.controller.pvc import owner_reference
 from importer import contract as ic
@@ -75,6 +75,8 @@ def upload_pod(pvc: Obj, *, image: str, cdi_config_status: Obj | None = None, pu
         uc.TLS_MIN_VERSION: "",
         uc.DEADLINE: deadline.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         uc.CONTENT_TYPE: notes.get(names.ANN_CONTENT_TYPE) or ic.CONTENT_KUBEVIRT,
+        uc.METRICS_PORT: str(uc.DEFAULT_METRICS_PORT),
+        ic.OWNER_UID: progress_owner(pvc),
     }
     if block:
         env[uc.DESTINATION] = ic.DEFAULT_BLOCK_PATH
@@ -83,7 +85,8 @@ def upload_pod(pvc: Obj, *, image: str, cdi_config_status: Obj | None = None, pu
         "image": image,
         "imagePullPolicy": pull_policy,
         "args": [f"-v={verbosity}"],
-        "ports": [{"containerPort": uc.DEFAULT_PORT, "protocol": "TCP"}],
+        "ports": [{"containerPort": uc.DEFAULT_PORT, "protocol": "TCP"},
+                  {"name": names.METRICS_PORT_NAME, "containerPort": uc.DEFAULT_METRICS_PORT, "protocol": "TCP"}],
         # The pod IP, not 0.0.0.0: the same on a cluster, and in cdi local (pods share the host's network)
         # it keeps two upload servers from wanting the same port.
         "env": [{"name": k, "value": v} for k, v in env.items()]

@@ -2,8 +2,8 @@
 proxy of `cdi local` into upload server pods the controller starts, with tokens from the UploadTokenRequest
 API; the bytes a pod reads back from the volume are those of `qemu-img convert` of the same file. What the proxy
 and the upload server refuse is refused with CDI's status and text, and leaves the DataVolume waiting for a good
-upload; a cut upload continues where the server stopped; an upload pod past its deadline (from the CDI CR's
-certConfig) gives way to a fresh one."""
+upload; the DataVolume shows the upload's progress; a cut upload continues where the server stopped; an upload
+pod past its deadline (from the CDI CR's certConfig) gives way to a fresh one."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import base64
 import contextlib
 import datetime
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -105,7 +106,7 @@ def upload_dv(cdi: CDISystem, name: str) -> str:
 
 def assert_upload_succeeded(cdi: CDISystem, name: str) -> None:
     dv = cdi.wait_phase(name, names.SUCCEEDED)
-    assert dv["status"]["progress"] == "N/A"  # as CDI: upload progress is not tracked
+    assert dv["status"]["progress"] == "100.0%"  # CDI's stays N/A
     conditions = {c["type"]: c for c in dv["status"]["conditions"]}
     assert (conditions["Ready"]["status"], conditions["Running"]["reason"]) == ("True", "Completed")
     reasons = cdi.event_reasons(name)
@@ -237,6 +238,29 @@ def test_a_second_upload_while_one_runs_is_refused(cdi: CDISystem, images: Image
         assert finish() == 200
     assert_upload_succeeded(cdi, "busy")
     assert_volume_holds(cdi, "busy", images.expected_raw("disk.raw"))
+
+
+def test_an_upload_shows_its_progress_on_the_datavolume(cdi: CDISystem, images: ImageSet) -> None:
+    """CDI leaves an upload DataVolume at N/A (cdi#2449); ours shows the upload server's progress, which never goes
+    back, while the client has sent half the image and waits."""
+    credential, base, verify = upload_dv(cdi, "watched"), proxy_url(cdi), proxy_verify(cdi)
+    assert cdi.dv("watched")["status"]["progress"] == "N/A"  # nothing sent yet
+    image = images.path("disk.raw")
+    seen: list[str] = []
+
+    def shown() -> str | None:
+        progress = (cdi.dv("watched").get("status") or {}).get("progress", "")
+        if progress not in seen[-1:]:
+            seen.append(progress)
+        return progress if re.fullmatch(r"\d{1,2}\.\d\d%", progress) and progress != "0.00%" else None
+
+    with held_upload(base, image.read_bytes(), token=credential, verify=verify) as finish:
+        wait_for(shown, timeout=60, what="DataVolume watched: progress between 0 and 100 %")
+        assert finish() == 200
+    assert_upload_succeeded(cdi, "watched")
+    values = [float(p.rstrip("%")) for p in [*seen, "100.0%"] if p != "N/A"]
+    assert values == sorted(values), f"progress went backwards: {seen}"
+    assert_volume_holds(cdi, "watched", images.expected_raw("disk.raw"))
 
 
 def test_an_image_larger_than_the_volume_is_refused(cdi: CDISystem, tmp_path: Path) -> None:

@@ -59,7 +59,11 @@ def test_upload_pod_as_cdi_renders_it():
         "TLS_KEY_FILE": "/etc/tls/tls.key", "TLS_CERT_FILE": "/etc/tls/tls.crt", "CLIENT_CERT_FILE": "/etc/tls/ca.crt",
         "FILESYSTEM_OVERHEAD": "0.1", "UPLOAD_IMAGE_SIZE": "10Gi", "CLIENT_NAME": "client.upload-server.cdi.kubevirt.io",
         "PREALLOCATION": "false", "TLS_CIPHERS": "", "TLS_MIN_VERSION": "", "DEADLINE": "2026-01-01T12:00:00Z",
-        "UPLOAD_CONTENT_TYPE": "kubevirt", "LISTEN_ADDRESS": {"fieldRef": {"fieldPath": "status.podIP"}}}
+        "UPLOAD_CONTENT_TYPE": "kubevirt", "UPLOAD_METRICS_PORT": "8444", "OWNER_UID": "pvc-uid",
+        "LISTEN_ADDRESS": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    # Ours: the progress metric on a port of its own, named as the importer's so one scraper reads both.
+    assert container["ports"] == [{"containerPort": 8443, "protocol": "TCP"},
+                                  {"name": "metrics", "containerPort": 8444, "protocol": "TCP"}]
     assert container["volumeMounts"] == [{"name": "cdi-data-vol", "mountPath": "/data"},
                                          {"name": "tls-config", "mountPath": "/etc/tls", "readOnly": True}]
     assert spec["volumes"] == [{"name": "cdi-data-vol", "persistentVolumeClaim": {"claimName": "win-disk"}},
@@ -179,9 +183,15 @@ def test_upload_timeline():
     assert dv.pvc["metadata"]["annotations"][names.ANN_POD_READY] == "true"
     assert dv.events == [Event("Normal", "UploadReady", "Upload into win-disk ready")]
 
+    # Ours: the upload server's progress shows (CDI's stays N/A), and a lower scrape (a new upload after a
+    # failed one starts from 0) never takes it back.
+    assert dv.status(progress="42.50%")["progress"] == "42.50%"
+    assert dv.status(progress="10.00%")["progress"] == "42.50%"
+    assert dv.status()["phase"] == names.UPLOAD_READY and dv.events == []
+
     dv.pod(pod("Succeeded", terminated(0, DONE)))
     status = dv.status()
-    assert (status["phase"], status["progress"]) == (names.SUCCEEDED, "N/A")  # CDI: upload progress stays N/A
+    assert (status["phase"], status["progress"]) == (names.SUCCEEDED, "100.0%")
     assert conditions(status)["Running"] == ("False", "Completed", "Upload Complete")
     assert conditions(status)["Ready"] == ("True", "", "")
     assert dv.events == [Event("Normal", "UploadSucceeded", "Successfully uploaded into win-disk")]
