@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -78,6 +79,18 @@ class PeakRss:
     own: int  # bytes: the command's own process
     children: dict[str, int]  # bytes: the highest peak among its descendants, by command name
     tree_max: int  # bytes: the kernel's figure for the largest process of the tree (wait4), a check on polling
+
+
+def thread_cpu(native_id: int) -> float:
+    """CPU seconds (user + system) one thread of this process has used so far."""
+    fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    """CPU seconds of the children reaped so far (and of theirs)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def peak_rss_of(pid: int) -> int:
