@@ -56,9 +56,10 @@ async def detach_loop(device: str) -> None:
 
 
 # For a device over a freshly made sparse file, which reads as zeros throughout: discarding it or zeroing its
-# journal again is wasted time (the journal is 64 MiB of a 2 GiB volume: 60 of mkfs's 90 ms). The inode tables
-# are still written now, so no kernel thread zeroes them later under the pod's import.
-MKFS_EXT4 = ("mkfs.ext4", "-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=1")
+# journal and inode tables again is wasted time. assume_storage_prezeroed skips both and marks the inode tables
+# zeroed, so no kernel thread zeroes them later under the pod's import either (1.2 GiB: 6 against 13 ms; writing
+# the tables, as lazy_itable_init=0 did, was most of it).
+MKFS_EXT4 = ("mkfs.ext4", "-q", "-F", "-E", "nodiscard,assume_storage_prezeroed=1")
 
 
 async def make_ext4(device: str) -> None:
