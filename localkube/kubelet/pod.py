@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -20,6 +19,7 @@ import aiohttp
 from ..client import APIError, Object, now, path, post_event
 from . import podspec
 from .images import CannotRun, container_argv
+from .sandbox import encode_spec
 
 if TYPE_CHECKING:
     from .kubelet import Kubelet
@@ -272,7 +272,7 @@ class PodWorker:
             try:
                 with container.log_file.open("ab") as log_fd:
                     container.process = await asyncio.create_subprocess_exec(
-                        sys.executable, "-I", "-S", _SANDBOX, json.dumps(sandbox),
+                        sys.executable, "-I", "-S", _SANDBOX, encode_spec(sandbox),
                         stdin=asyncio.subprocess.DEVNULL, stdout=log_fd, stderr=asyncio.subprocess.STDOUT,
                         pass_fds=(write_end,), start_new_session=True)
             finally:
