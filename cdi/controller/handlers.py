@@ -3,11 +3,12 @@
 Event-driven: a change to a DataVolume, its PVC or its importer pod queues that DataVolume for a reconcile
 (a coalescing work queue: a burst of events is one reconcile, and one DataVolume is never reconciled twice at
 once). Events carrying an object exactly as the last reconcile left it are dropped, so the controller's own
-writes do not wake it again. The only periodic work is scraping the progress of running imports. Raw watch
-events (``on.event``) are used on purpose: they need no finalizers and no kopf bookkeeping annotations on
-users' objects. Every decision is recomputed from the objects themselves, and generated names are
-deterministic, so a restarted controller picks up where the previous one stopped without creating a second
-importer pod.
+writes do not wake it again. Reconciles read DataVolumes, PVCs and worker pods as the watches last delivered
+them (memory.Latest), asking the API server only for what the watches have not brought. The only periodic work
+is scraping the progress of running imports. Raw watch events (``on.event``) are used on purpose: they need no
+finalizers and no kopf bookkeeping annotations on users' objects. Every decision is recomputed from the objects
+themselves, and generated names are deterministic, so a restarted controller picks up where the previous one
+stopped without creating a second importer pod.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from cdi.controller import certs, upload
 from cdi.controller.config import UploadLifetimes, cdi_config_status, max_restarts, storage_profile, upload_lifetimes
 from cdi.controller.importer_pod import importer_pod, is_import_claim, pod_name, wants_importer_pod
 from cdi.controller.kube import Kube, path
-from cdi.controller.memory import Recent, Seen
+from cdi.controller.memory import Latest, Recent, Seen
 from cdi.controller.progress import owner_uid, scrape_progress
 from cdi.controller.pvc import (
     ClaimAction, ClaimNotValid, adopted_pvc_patch, claim_action, conflict_message, render_pvc,
@@ -48,6 +49,7 @@ RECONCILE_WORKERS = 4
 CLUSTER_CONFIG_TTL = 1.0  # seconds a reconcile may use CDIConfig, StorageClasses and StorageProfiles read before
 
 DATAVOLUME, UPLOAD_CLAIM = "DataVolume", "upload PVC"
+_CLAIM, _POD = "PersistentVolumeClaim", "Pod"  # kinds, as _latest keys them
 Key = tuple[str, str, str]  # (DATAVOLUME or UPLOAD_CLAIM, namespace, name)
 
 
@@ -77,6 +79,7 @@ _settings = Settings()
 _queue: WorkQueue[Key] = WorkQueue()
 _seen = Seen()
 _recent = Recent(CLUSTER_CONFIG_TTL)
+_latest = Latest()
 _running: dict[tuple[str, str], Obj] = {}  # (namespace, DataVolume): its importer or upload pod while it runs
 _progress: dict[tuple[str, str], str] = {}  # (namespace, DataVolume): progress scraped since it ran
 
@@ -126,6 +129,17 @@ def _post_events(involved: Obj, events: list[Event]) -> None:
             log.warning("event %s about %s not posted: %s", event.reason, meta(involved).get("name"), error)
 
 
+def _read(kind: str, url_path: str, *, namespace: str, name: str) -> Obj | None:
+    """The watches' latest version of a DataVolume, PVC or worker pod, else the API server's."""
+    return _latest.get(kind, namespace, name) or kube().get(url_path)
+
+
+def _written(obj: Obj | None) -> Obj | None:
+    """What a create or patch answered, kept as the latest version: the next reconcile may come before its echo."""
+    _latest.wrote(obj)
+    return obj
+
+
 def _gates(config: Obj | None) -> list[str]:
     return list(((config or {}).get("spec") or {}).get("featureGates") or _settings.default_gates)
 
@@ -136,11 +150,12 @@ def _gates(config: Obj | None) -> list[str]:
 def reconcile_datavolume(namespace: str, name: str) -> None:
     """Bring one DataVolume's PVC, importer pod and status in line with its spec."""
     k = kube()
-    dv = k.get(_cdi(names.DATAVOLUMES, namespace=namespace, name=name))
+    dv = _read(names.DATAVOLUME, _cdi(names.DATAVOLUMES, namespace=namespace, name=name), namespace=namespace,
+               name=name)
     if dv is None or meta(dv).get("deletionTimestamp"):
         return
     pvc_path = _core("persistentvolumeclaims", namespace=namespace, name=name)
-    pvc = k.get(pvc_path)
+    pvc = _read(_CLAIM, pvc_path, namespace=namespace, name=name)
     config = _recent.get("config", _config)
     classes = _recent.get("storage classes", _storage_classes)
     config_status = (config or {}).get("status") or cdi_config_status(config, storage_classes=classes)
@@ -156,12 +171,12 @@ def reconcile_datavolume(namespace: str, name: str) -> None:
         except ClaimNotValid as error:
             claim_error = Event(WARNING, names.EVENT_ERR_CLAIM_NOT_VALID, str(error))
         else:
-            pvc = k.create(_core("persistentvolumeclaims", namespace=namespace), body) or k.get(pvc_path)
+            pvc = _written(k.create(_core("persistentvolumeclaims", namespace=namespace), body)) or k.get(pvc_path)
     elif action is ClaimAction.ADOPT:
-        pvc = k.patch(pvc_path, adopted_pvc_patch(dv, pvc))
+        pvc = _written(k.patch(pvc_path, adopted_pvc_patch(dv, pvc)))
         if pvc and annotations(pvc).get(names.ANN_POPULATED_FOR) == name:
-            dv = k.patch(_cdi(names.DATAVOLUMES, namespace=namespace, name=name),
-                         {"metadata": {"annotations": {names.ANN_PRE_POPULATED: name}}}) or dv
+            dv = _written(k.patch(_cdi(names.DATAVOLUMES, namespace=namespace, name=name),
+                                  {"metadata": {"annotations": {names.ANN_PRE_POPULATED: name}}})) or dv
     elif action is ClaimAction.CONFLICT:
         claim_error, pvc = Event(WARNING, names.EVENT_ERR_RESOURCE_EXISTS, conflict_message(pvc)), None
     elif action is ClaimAction.DELETING:
@@ -178,8 +193,8 @@ def reconcile_datavolume(namespace: str, name: str) -> None:
                        progress=_progress.get((namespace, name)),
                        honor_wait_for_first_consumer=names.GATE_HONOR_WFFC in gates, now=now())
     if update.status != dv.get("status"):
-        dv = k.patch(_cdi(names.DATAVOLUMES, namespace=namespace, name=name, subresource="status"),
-                     {"status": update.status}) or dv
+        dv = _written(k.patch(_cdi(names.DATAVOLUMES, namespace=namespace, name=name, subresource="status"),
+                              {"status": update.status})) or dv
     _post_events(dv, update.events)
     # An adopted PVC is worked on as ours by the next reconcile, which the echo of the adoption starts.
     _seen.record(dv, pod, None if action is ClaimAction.ADOPT else pvc)
@@ -192,16 +207,20 @@ def _sync_importer(pvc: Obj, *, config: Obj | None, config_status: Obj,
     namespace, claim = meta(pvc).get("namespace", ""), meta(pvc).get("name", "")
     pvc_path = _core("persistentvolumeclaims", namespace=namespace, name=claim)
     pod_path = _core("pods", namespace=namespace, name=pod_name(pvc))
-    pod = k.get(pod_path)
+    wanted = wants_importer_pod(pvc, honor_wait_for_first_consumer=names.GATE_HONOR_WFFC in gates)
+    if not wanted and names.ANN_IMPORT_POD_NAME not in annotations(pvc):
+        return pvc, None  # no pod was made for it: the pod's name is annotated before the pod is created
+    pod = _read(_POD, pod_path, namespace=namespace, name=pod_name(pvc))
     if pod is None:
-        if not wants_importer_pod(pvc, honor_wait_for_first_consumer=names.GATE_HONOR_WFFC in gates):
+        if not wanted:
             return pvc, None
         if names.ANN_IMPORT_POD_NAME not in annotations(pvc):
-            pvc = k.patch(pvc_path, {"metadata": {"annotations": {names.ANN_IMPORT_POD_NAME: pod_name(pvc)}}}) or pvc
+            pvc = _written(k.patch(pvc_path, {"metadata": {"annotations": {
+                names.ANN_IMPORT_POD_NAME: pod_name(pvc)}}})) or pvc
         insecure = ((config or {}).get("spec") or {}).get("insecureRegistries") or []
         body = importer_pod(pvc, image=_settings.image, cdi_config_status=config_status,
                             pull_policy=_settings.pull_policy, insecure_registries=insecure)
-        pod = k.create(_core("pods", namespace=namespace), body) or k.get(pod_path)
+        pod = _written(k.create(_core("pods", namespace=namespace), body)) or k.get(pod_path)
     if pod is None:
         return pvc, None
     return _mirror_pod(pvc, pod, pod_path, config=config), pod
@@ -214,7 +233,7 @@ def _sync_upload(pvc: Obj, *, config: Obj | None, config_status: Obj,
     namespace, claim = meta(pvc).get("namespace", ""), meta(pvc).get("name", "")
     pvc_path = _core("persistentvolumeclaims", namespace=namespace, name=claim)
     pod_path = _core("pods", namespace=namespace, name=upload.pod_name(pvc))
-    pod = k.get(pod_path)
+    pod = _read(_POD, pod_path, namespace=namespace, name=upload.pod_name(pvc))
     signers = _settings.upload_signers
     lifetimes: UploadLifetimes | None = None
     if pod is None:
@@ -225,16 +244,16 @@ def _sync_upload(pvc: Obj, *, config: Obj | None, config_status: Obj,
                           names.ENV_UPLOAD_SERVER_CA_CERT, namespace, claim)
             return pvc, None
         if names.ANN_UPLOAD_POD_NAME not in annotations(pvc):
-            pvc = k.patch(pvc_path, {"metadata": {"annotations": {
-                names.ANN_UPLOAD_POD_NAME: upload.pod_name(pvc)}}}) or pvc
+            pvc = _written(k.patch(pvc_path, {"metadata": {"annotations": {
+                names.ANN_UPLOAD_POD_NAME: upload.pod_name(pvc)}}})) or pvc
         # A Secret of the pod's name left by the pod before it (a restart after the deadline reuses the name)
         # would let the new pod start at once with the old files: gone first, the new pod waits for its own.
         k.delete(_core("secrets", namespace=namespace, name=upload.pod_name(pvc)))
         k.create(_core("services", namespace=namespace), upload.upload_service(pvc))
         lifetimes = upload_lifetimes(_cdi_resource())
-        pod = k.create(_core("pods", namespace=namespace), upload.upload_pod(
+        pod = _written(k.create(_core("pods", namespace=namespace), upload.upload_pod(
             pvc, image=_settings.upload_image, cdi_config_status=config_status, pull_policy=_settings.pull_policy,
-            deadline=datetime.datetime.now(datetime.timezone.utc) + lifetimes.deadline)) or k.get(pod_path)
+            deadline=datetime.datetime.now(datetime.timezone.utc) + lifetimes.deadline))) or k.get(pod_path)
     if pod is not None and signers is not None and (pod.get("status") or {}).get("phase", "Pending") == "Pending":
         # Also after a crash between creating the pod and its Secret: the pod waits for it.
         _own_upload_secret(pvc, pod, signers, lifetimes=lifetimes)
@@ -271,7 +290,7 @@ def _mirror_pod(pvc: Obj, pod: Obj, pod_path: str, *, config: Obj | None) -> Obj
         patch: Obj = {"metadata": {"annotations": changed}}
         if update.labels:
             patch["metadata"]["labels"] = update.labels
-        pvc = k.patch(pvc_path, patch) or pvc
+        pvc = _written(k.patch(pvc_path, patch)) or pvc
     _post_events(pvc, update.events)
     if update.delete_pod:
         k.delete(pod_path)
@@ -285,6 +304,7 @@ def _owning_datavolume(obj: Obj) -> str | None:
 
 @kopf.on.event(names.GROUP, names.VERSION, names.DATAVOLUMES)
 async def datavolume_changed(type: str | None, body: kopf.Body, name: str, namespace: str, **_: Any) -> None:
+    _latest.saw(type, dict(body))
     if type == "DELETED":
         _progress.pop((namespace, name), None)
     if _seen.is_news(type, dict(body)) and type != "DELETED":
@@ -293,6 +313,7 @@ async def datavolume_changed(type: str | None, body: kopf.Body, name: str, names
 
 @kopf.on.event("", "v1", "persistentvolumeclaims", labels={names.LABEL_APP: names.APP})
 async def claim_changed(type: str | None, body: kopf.Body, namespace: str, **_: Any) -> None:
+    _latest.saw(type, dict(body))
     owner = _owning_datavolume(dict(body))
     if owner and _seen.is_news(type, dict(body)):
         _queue.add((DATAVOLUME, namespace, owner))
@@ -300,8 +321,8 @@ async def claim_changed(type: str | None, body: kopf.Body, namespace: str, **_: 
 
 def reconcile_upload_claim(namespace: str, name: str) -> None:
     """An upload PVC without a DataVolume (``cdi image-upload pvc``, virtctl's): CDI's PVC-level upload controller."""
-    k = kube()
-    pvc = k.get(_core("persistentvolumeclaims", namespace=namespace, name=name))
+    pvc = _read(_CLAIM, _core("persistentvolumeclaims", namespace=namespace, name=name), namespace=namespace,
+                name=name)
     if pvc is None or _owning_datavolume(pvc) or not upload.is_upload_claim(pvc):
         return
     config = _recent.get("config", _config)
@@ -312,12 +333,14 @@ def reconcile_upload_claim(namespace: str, name: str) -> None:
 
 @kopf.on.event("", "v1", "persistentvolumeclaims", annotations={names.ANN_UPLOAD_TARGET: kopf.PRESENT})
 async def upload_claim_changed(type: str | None, body: kopf.Body, name: str, namespace: str, **_: Any) -> None:
+    _latest.saw(type, dict(body))
     if _seen.is_news(type, dict(body)) and type != "DELETED":
         _queue.add((UPLOAD_CLAIM, namespace, name))
 
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_CDI_COMPONENT: names.UPLOAD_SERVER_COMPONENT})
 async def upload_server_changed(type: str | None, body: kopf.Body, namespace: str, **_: Any) -> None:
+    _latest.saw(type, dict(body))
     claim = _owning_claim(dict(body))
     if not claim:
         return
@@ -329,6 +352,7 @@ async def upload_server_changed(type: str | None, body: kopf.Body, namespace: st
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_CDI_COMPONENT: names.IMPORTER_COMPONENT})
 async def importer_changed(type: str | None, body: kopf.Body, namespace: str, **_: Any) -> None:
+    _latest.saw(type, dict(body))
     # The importer pod belongs to the PVC, and the PVC has its DataVolume's name (legacy path).
     claim = _owning_claim(dict(body))
     if not claim:

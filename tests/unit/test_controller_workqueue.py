@@ -1,5 +1,6 @@
 """The controller's work queue (bursts coalesce, one key is never worked on twice at once, failures come back)
-and what it remembers between reconciles (cluster config for a moment, the versions a reconcile saw)."""
+and what it remembers between reconciles (cluster config for a moment, the versions a reconcile saw, the newest
+version of each watched object)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from cdi.controller import workqueue
-from cdi.controller.memory import Recent, Seen
+from cdi.controller.memory import Latest, Recent, Seen
 from cdi.controller.workqueue import WorkQueue
 
 
@@ -134,3 +135,31 @@ def test_only_versions_no_reconcile_has_seen_are_news():
     assert seen.is_news("ADDED", obj("pod", "3"))
     assert seen.is_news("DELETED", obj("pvc", "10"))
     assert seen.is_news("MODIFIED", obj("pvc", "9"))  # a deleted object's versions are forgotten
+
+
+def named(name: str, version: str, *, kind: str = "Pod", phase: str = "") -> dict:
+    return {"kind": kind, "metadata": {"namespace": "ns", "name": name, "resourceVersion": version},
+            "status": {"phase": phase}}
+
+
+def test_the_latest_version_of_an_object_is_kept_from_watch_events_and_own_writes():
+    latest = Latest()
+    assert latest.get("Pod", "ns", "p") is None  # a miss: the caller asks the API server
+    latest.saw("ADDED", named("p", "5", phase="Pending"))
+    latest.wrote(named("p", "9", phase="Running"))  # our write's answer, before its echo
+    latest.saw("MODIFIED", named("p", "7", phase="Pending"))  # an older event, late: kept out
+    assert latest.get("Pod", "ns", "p")["status"]["phase"] == "Running"
+    latest.saw("MODIFIED", named("p", "9", phase="Running"))
+    latest.saw("MODIFIED", named("p", "12", phase="Succeeded"))
+    assert latest.get("Pod", "ns", "p")["status"]["phase"] == "Succeeded"
+    assert latest.get("PersistentVolumeClaim", "ns", "p") is None  # kinds apart
+
+
+def test_only_watch_events_bring_an_object_in():
+    latest = Latest()
+    latest.wrote(named("p", "3"))  # created, not delivered yet: it may be deleted before its event
+    assert latest.get("Pod", "ns", "p") is None
+    latest.saw("ADDED", named("p", "3"))
+    latest.saw("DELETED", named("p", "4"))
+    latest.wrote(named("p", "4"))  # a write that raced the deletion does not bring it back
+    assert latest.get("Pod", "ns", "p") is None
