@@ -285,7 +285,7 @@ class Operations:
         updated["metadata"].setdefault("deletionGracePeriodSeconds", 0)
         written = self.store.write(key, updated, old=obj)
         if "foregroundDeletion" in finalizers:
-            for dep_key, dep in self._dependents(meta["uid"]):
+            for dep_key, dep in self.store.dependents(meta["uid"]):
                 if self.store.by_uid(dep["metadata"]["uid"]) is not None:
                     self.delete_now(dep_key, dep)
             current = self.store.by_uid(meta["uid"])
@@ -297,7 +297,7 @@ class Operations:
     def _remove(self, key: tuple[str, str], obj: Obj) -> Obj:
         gone = self.store.remove(key, obj)
         meta = obj["metadata"]
-        for dep_key, dep in self._dependents(meta["uid"]):  # background garbage collection
+        for dep_key, dep in self.store.dependents(meta["uid"]):  # background garbage collection
             if self.store.by_uid(dep["metadata"]["uid"]) is not None:
                 self.delete_now(dep_key, dep)
         for ref in meta.get("ownerReferences") or ():
@@ -321,12 +321,8 @@ class Operations:
         if refs and all(self.store.by_uid(ref.get("uid", "")) is None for ref in refs):
             self.delete_now(key, obj)
 
-    def _dependents(self, uid: str) -> list[tuple[tuple[str, str], Obj]]:
-        return [(key, obj) for key in self.store.keys() for obj in self.store.list(key)
-                if any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or ())]
-
     def _orphan(self, uid: str) -> None:
-        for key, dep in self._dependents(uid):
+        for key, dep in self.store.dependents(uid):
             updated = copy.deepcopy(dep)
             refs = [r for r in dep["metadata"]["ownerReferences"] if r.get("uid") != uid]
             if refs:
@@ -340,7 +336,7 @@ class Operations:
         meta = owner["metadata"]
         if not meta.get("deletionTimestamp") or "foregroundDeletion" not in (meta.get("finalizers") or ()):
             return
-        blocking = [dep for _, dep in self._dependents(meta["uid"]) if any(
+        blocking = [dep for _, dep in self.store.dependents(meta["uid"]) if any(
             r.get("uid") == meta["uid"] and r.get("blockOwnerDeletion") for r in dep["metadata"]["ownerReferences"])]
         if blocking:
             return

@@ -57,6 +57,10 @@ class Store:
         self._rv = 1
         self._objects: dict[Key, dict[tuple[str, str], Obj]] = collections.defaultdict(dict)
         self._uids: dict[str, tuple[Key, str, str]] = {}
+        # The garbage collector's graph, both ways: looking for an owner's dependents among all objects cost a
+        # scan (and a sort) of the store on every delete, and thousands of Events make that most of a delete.
+        self._dependents: dict[str, set[tuple[Key, str, str]]] = collections.defaultdict(set)
+        self._owners: dict[tuple[Key, str, str], tuple[str, ...]] = {}
         self._history: collections.deque[Event] = collections.deque(maxlen=history)
         self._watchers: set[Watcher] = set()
         self.listeners: list[Callable[[Event], None]] = []  # in-process hooks (GC, CRD registration)
@@ -86,6 +90,15 @@ class Store:
         chosen = items.items() if namespace is None else ((k, v) for k, v in items.items() if k[0] == namespace)
         return [obj for _, obj in sorted(chosen, key=lambda kv: kv[0])]
 
+    def dependents(self, uid: str) -> list[tuple[Key, Obj]]:
+        """The objects with an ownerReference to uid, by type, namespace and name."""
+        found = []
+        for key, namespace, name in sorted(self._dependents.get(uid, ())):
+            obj = self.get(key, namespace, name)
+            if obj is not None:
+                found.append((key, obj))
+        return found
+
     def keys(self) -> list[Key]:
         return [k for k, v in self._objects.items() if v]
 
@@ -96,6 +109,8 @@ class Store:
         meta["resourceVersion"] = str(self._rv)
         self._objects[key][(meta.get("namespace", ""), meta["name"])] = obj
         self._uids[meta["uid"]] = (key, meta.get("namespace", ""), meta["name"])
+        self._index_owners((key, meta.get("namespace", ""), meta["name"]),
+                           tuple(ref.get("uid", "") for ref in meta.get("ownerReferences") or ()))
         self._publish(Event(self._rv, "ADDED" if old is None else "MODIFIED", key, old, obj))
         return obj
 
@@ -105,8 +120,20 @@ class Store:
         gone = {**obj, "metadata": {**meta, "resourceVersion": str(self._rv)}}
         del self._objects[key][(meta.get("namespace", ""), meta["name"])]
         self._uids.pop(meta["uid"], None)
+        self._index_owners((key, meta.get("namespace", ""), meta["name"]), ())
         self._publish(Event(self._rv, "DELETED", key, obj, gone))
         return gone
+
+    def _index_owners(self, where: tuple[Key, str, str], owners: tuple[str, ...]) -> None:
+        for uid in self._owners.pop(where, ()):
+            dependents = self._dependents[uid]
+            dependents.discard(where)
+            if not dependents:
+                del self._dependents[uid]
+        if owners:
+            self._owners[where] = owners
+            for uid in owners:
+                self._dependents[uid].add(where)
 
     def _publish(self, event: Event) -> None:
         self._history.append(event)
