@@ -68,7 +68,6 @@ class UploadPlane:
             ca=str(self.pki.ca), cert=str(self.pki.client_cert), key=str(self.pki.client_key)))
         self._proxy = AppThread(proxy.app(), context=tls.server_context(cert=str(self.pki.server_cert),
                                                                         key=str(self.pki.server_key)))
-        self._proxy_thread = self._proxy.native_id or 0
         self._server: UploadServerProcess | None = None
         self._token = ""
 
@@ -96,9 +95,9 @@ class UploadPlane:
         qemu-img), each counted once the process or request is over."""
         self.fresh_server(images.virtual_size(image))
         assert self._server is not None
-        curl_before, proxy_before = children_cpu(), thread_cpu(self._proxy_thread)
+        curl_before, proxy_before = children_cpu(), thread_cpu(self._proxy.native_id)
         self.upload(image, direct=direct)
-        curl, proxy = children_cpu() - curl_before, thread_cpu(self._proxy_thread) - proxy_before
+        curl, proxy = children_cpu() - curl_before, thread_cpu(self._proxy.native_id) - proxy_before
         _, _, usage = os.wait4(self._server.process.pid, 0)  # it exits after its upload
         self._server.process.returncode = 0
         sides = {"curl": curl, "upload server": usage.ru_utime + usage.ru_stime}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import logging
 import tempfile
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from cryptography.x509.oid import NameOID
 
 from importer.contract import PROGRESS_METRIC
 from importer.progress import Snapshot
+
+log = logging.getLogger(__name__)
 
 
 class ProgressMetric:
@@ -34,6 +37,18 @@ class ProgressMetric:
         certfile, keyfile = _self_signed()
         prometheus_client.start_http_server(port, addr=addr, registry=self.registry, certfile=str(certfile),
                                             keyfile=str(keyfile))
+
+
+def serve_progress(owner_uid: str, *, port: int, addr: str) -> ProgressMetric | None:
+    """The metric, served on ``port`` for the controller to scrape; None when it cannot be (logged): the import or
+    upload still runs, unobserved."""
+    try:
+        metric = ProgressMetric(owner_uid)
+        metric.serve(port, addr=addr)
+    except Exception:
+        log.exception("cannot serve the progress metric on port %d", port)
+        return None
+    return metric
 
 
 def _self_signed() -> tuple[Path, Path]:

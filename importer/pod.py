@@ -65,15 +65,12 @@ def _metric_later(progress: Progress, env: dict[str, str]) -> threading.Timer | 
 
 def _serve_metric(progress: Progress, env: dict[str, str], port: int) -> None:
     """CDI's progress metric for the controller to scrape; without it the import still runs, unobserved."""
-    try:
-        from importer.metrics import ProgressMetric  # noqa: PLC0415 - see the caller
+    from importer.metrics import serve_progress  # noqa: PLC0415 - see the caller
 
-        metric = ProgressMetric(env.get(c.OWNER_UID, ""))
-        metric.serve(port, addr=env.get(c.METRICS_ADDRESS) or "0.0.0.0")  # noqa: S104 - the controller scrapes the pod IP
-    except Exception:
-        log.exception("cannot serve the progress metric on port %d", port)
-        return
-    progress.add_listener(metric)
+    metric = serve_progress(env.get(c.OWNER_UID, ""), port=port,
+                            addr=env.get(c.METRICS_ADDRESS) or "0.0.0.0")  # noqa: S104 - the controller scrapes the pod IP
+    if metric is not None:
+        progress.add_listener(metric)
 
 
 def _failed(termination: Path, failure: ImportFailed, *, source: str) -> int:

@@ -5,10 +5,10 @@ Event-driven: a change to a DataVolume, its PVC or its importer pod queues that 
 once). Events carrying an object exactly as the last reconcile left it are dropped, so the controller's own
 writes do not wake it again. Reconciles read DataVolumes, PVCs and worker pods as the watches last delivered
 them (memory.Latest), asking the API server only for what the watches have not brought. The only periodic work
-is scraping the progress of running imports. Raw watch events (``on.event``) are used on purpose: they need no
-finalizers and no kopf bookkeeping annotations on users' objects. Every decision is recomputed from the objects
-themselves, and generated names are deterministic, so a restarted controller picks up where the previous one
-stopped without creating a second importer pod.
+is scraping the progress of running importer and upload pods. Raw watch events (``on.event``) are used on
+purpose: they need no finalizers and no kopf bookkeeping annotations on users' objects. Every decision is
+recomputed from the objects themselves, and generated names are deterministic, so a restarted controller picks
+up where the previous one stopped without creating a second importer pod.
 """
 
 from __future__ import annotations
