@@ -7,15 +7,10 @@ runs in a thread of its own, overlapping with the download and the writes (see :
 
 from __future__ import annotations
 
-import bz2
-import gzip
+import importlib
 import io
-import lzma
-import zlib
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
-
-import zstandard
 
 from importer.errors import ImportFailed, Reason
 from importer.prefetch import ahead
@@ -64,23 +59,32 @@ class ChunkReader(io.RawIOBase):
         return n
 
 
-def _layer(kind: str, raw: BinaryIO) -> BinaryIO:
+# Each codec's module is loaded when its magic is seen: most images are not compressed, and loading all four
+# (with zstandard's extension) cost every import 10 ms before its first byte.
+_CODECS = {"gz": "gzip", "xz": "lzma", "bz2": "bz2", "zst": "zstandard"}
+
+
+def _layer(kind: str, raw: BinaryIO) -> tuple[BinaryIO, tuple[type[BaseException], ...]]:
+    """The decompressing reader over ``raw``, and what it raises on corrupt data."""
+    codec = importlib.import_module(_CODECS[kind])
     if kind == "gz":
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        import zlib  # noqa: PLC0415 - loaded with gzip
+
+        return codec.GzipFile(fileobj=raw, mode="rb"), (zlib.error,)
     if kind == "xz":
-        return lzma.LZMAFile(raw)  # type: ignore[return-value]
+        return codec.LZMAFile(raw), (codec.LZMAError,)
     if kind == "bz2":
-        return bz2.BZ2File(raw)  # type: ignore[return-value]
+        return codec.BZ2File(raw), ()
     # pzstd and `zstd -T` write several frames; CDI-style single-frame readers stop after the first.
-    return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)  # type: ignore[return-value]
+    return codec.ZstdDecompressor().stream_reader(raw, read_across_frames=True), (codec.ZstdError,)
 
 
 def _inflate(kind: str, chunks: Iterable[bytes]) -> Iterator[bytes]:
-    reader = _layer(kind, io.BufferedReader(ChunkReader(chunks), buffer_size=OUT_CHUNK))  # type: ignore[arg-type]
+    reader, corrupt = _layer(kind, io.BufferedReader(ChunkReader(chunks), buffer_size=OUT_CHUNK))  # type: ignore[arg-type]
     try:
         while block := reader.read(OUT_CHUNK):
             yield block
-    except (EOFError, OSError, zlib.error, lzma.LZMAError, zstandard.ZstdError) as error:
+    except (EOFError, OSError, *corrupt) as error:
         if isinstance(error, ImportFailed):
             raise
         raise ImportFailed(Reason.UnsupportedFormat, f"corrupt or truncated {kind} data: {error}") from error

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from importer import nbd, qemu
-from importer.archive import Extraction
 from importer.checksum import Expected, Hashes
 from importer.contract import CONTENT_ARCHIVE, SOURCE_NONE
 from importer.decompress import decompressed
@@ -122,6 +121,8 @@ def run_import(request: ImportRequest, *, progress: Progress | None = None, sour
 
 def _archive(plain: Iterator[bytes], target: Target, *, transfer: Transfer, hashes: Hashes, layers: list[str],
              started: float, progress: Progress) -> ImportResult:
+    from importer.archive import Extraction  # noqa: PLC0415 - tarfile, for archives only: 3 ms of every start
+
     extraction = Extraction(target.final_path.parent, capacity=target.capacity)
     try:
         extraction.extract(plain)

@@ -6,6 +6,8 @@ import argparse
 import importlib
 import sys
 
+from importer.process import exit_now
+
 # Each subcommand's module registers its own parser. Only the one asked for is loaded: the others pull in
 # cryptography, JWT and Kubernetes code, a tenth of a second that `cdi import` of a small image would feel.
 COMMANDS = {"import": "cdi.cli.importcmd", "image-upload": "cdi.cli.imageupload",
@@ -23,5 +25,10 @@ def main(argv: list[str] | None = None) -> int:
     return int(args.run(args))
 
 
+def run() -> None:
+    """The console script: ``main`` without the interpreter's teardown after it (importer.process)."""
+    exit_now(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
