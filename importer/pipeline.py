@@ -190,10 +190,12 @@ def _convert(stream: Iterator[bytes], target: Target, *, transfer: Transfer, inf
         # qcow2 never reads past what its tables reference; other formats find footers at the end of the file.
         slack = nbd.TRUNCATION_SLACK if info.format == "qcow2" else 0
         server = nbd.NbdServer(buffer, size=size, socket_path=workdir / "nbd.sock", slack=slack)
+        direct = target.direct_io()
         process = qemu.convert(source=server.url, source_format=info.format, dest=target.work_path,
-                               block=target.is_block, preallocate=preallocate, on_progress=progress.converting)
+                               block=target.is_block, direct=direct, preallocate=preallocate,
+                               on_progress=progress.converting)
         try:
-            with contextlib.nullcontext() if target.is_block else Writeback(target.work_path):
+            with contextlib.nullcontext() if direct else Writeback(target.work_path):
                 qemu.wait(process)
         except ImportFailed as failure:
             _raise_download_error(buffer)

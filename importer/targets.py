@@ -8,6 +8,7 @@ once complete and fsynced, so a failed or interrupted import never leaves someth
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import math
 import os
@@ -42,6 +43,22 @@ class Target:
     @property
     def is_block(self) -> bool:
         return self.kind == "block"
+
+    def direct_io(self) -> bool:
+        """Whether the work path takes O_DIRECT writes (a block device does; most filesystems do, some do not).
+
+        Answered by opening the work file with O_DIRECT, which creates it empty: the writer replaces it, and a
+        failed import removes it like any partial result."""
+        if self.is_block:
+            return True
+        try:
+            fd = os.open(self.work_path, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600)
+        except OSError as error:
+            if error.errno == errno.EINVAL:  # the filesystem has no O_DIRECT
+                return False
+            raise
+        os.close(fd)
+        return True
 
     def staging_dir(self) -> Path | None:
         """Where a non-raw image may be staged while it converts: on the target's own filesystem."""

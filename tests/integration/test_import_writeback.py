@@ -3,8 +3,8 @@
 The source stalls near its end; meanwhile the target is looked at with cachestat(2) (Linux ≥ 6.5), which
 counts the pages of one file (or block device) in the page cache. Left to the kernel, everything written so
 far would still be cached and dirty there, charged to the importer pod's memory (CDI's pods are OOM-killed
-this way) and waiting to be flushed at the end. (On a block device qemu-img bypasses the cache with O_DIRECT;
-raw images, written by the importer itself, are written back as they go, as every file is.)
+this way) and waiting to be flushed at the end. (qemu-img bypasses the cache with O_DIRECT wherever the target
+takes it; raw images, written by the importer itself, are written back as they go on filesystems.)
 """
 
 from __future__ import annotations
