@@ -6,13 +6,12 @@ import argparse
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from kubernetes import config as kubeconfig
 
 from cdi.api import names
 from cdi.api.spec import Obj, annotations
-from cdi.controller.kube import Kube, path
+from cdi.controller.kube import Kube, KubeError, path
 from importer import contract as ic
 from importer.checksum import Expected
 from importer.errors import ImportFailed
@@ -101,7 +100,7 @@ class Upload:
             print("Uploading data completed successfully, waiting for processing to complete, you can hit ctrl-c "
                   "without interrupting the progress", flush=True)
             self._wait_processed()
-        except OSError as error:  # requests' connection errors included
+        except OSError as error:  # the API server's errors (KubeError) and the upload's connection errors
             raise Failed(str(error)) from None
         print("Processing completed successfully", flush=True)
         print(f"Uploading {self.file} completed successfully", flush=True)
@@ -161,9 +160,10 @@ class Upload:
         print(f"PersistentVolumeClaim {self.namespace}/{self.name} created", flush=True)
 
     def _create_or_fail(self, url_path: str, body: Obj) -> None:
-        response = self.kube.session.post(self.kube.host + url_path, json=body, timeout=30)
-        if not response.ok:
-            raise Failed(_api_message(response))
+        try:
+            self.kube.call("POST", url_path, body=body)
+        except KubeError as error:
+            raise Failed(str(error)) from None
 
     # 2. the upload pod
 
@@ -206,11 +206,12 @@ class Upload:
         body = {"apiVersion": names.UPLOAD_API_VERSION, "kind": names.UPLOAD_TOKEN_REQUEST,
                 "metadata": {"generateName": TOKEN_PREFIX, "namespace": self.namespace},
                 "spec": {"pvcName": self.name}}
-        response = self.kube.session.post(
-            self.kube.host + self._path(names.UPLOAD_TOKEN_REQUESTS, group=names.UPLOAD_GROUP), json=body, timeout=30)
-        if not response.ok:
-            raise Failed(f"cannot get an upload token: {_api_message(response)}")
-        token = ((response.json().get("status") or {}).get("token")) or ""
+        try:
+            _, answer = self.kube.call("POST", self._path(names.UPLOAD_TOKEN_REQUESTS, group=names.UPLOAD_GROUP),
+                                       body=body)
+        except KubeError as error:
+            raise Failed(f"cannot get an upload token: {error}") from None
+        token = (((answer or {}).get("status") or {}).get("token")) or ""
         if not token:
             raise Failed("cannot get an upload token: the UploadTokenRequest came back without status.token")
         return str(token)
@@ -251,9 +252,3 @@ def _running_message(dv: Obj) -> str:
     running = next((c for c in (dv.get("status") or {}).get("conditions") or [] if c.get("type") == "Running"), {})
     return str(running.get("message") or running.get("reason") or (dv.get("status") or {}).get("phase"))
 
-
-def _api_message(response: Any) -> str:
-    try:
-        return str(response.json().get("message") or response.text)
-    except ValueError:
-        return f"{response.status_code} {response.text}".strip()

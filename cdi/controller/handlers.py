@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import kopf
-import requests
 
 from cdi.api import names
 from cdi.api.spec import Obj, annotations, meta
@@ -32,7 +31,7 @@ from cdi.api.validation import Invalid, validate_datavolume
 from cdi.controller import certs, upload
 from cdi.controller.config import UploadLifetimes, cdi_config_status, max_restarts, storage_profile, upload_lifetimes
 from cdi.controller.importer_pod import importer_pod, is_import_claim, pod_name, wants_importer_pod
-from cdi.controller.kube import Kube, path
+from cdi.controller.kube import Kube, KubeError, path
 from cdi.controller.memory import Latest, Recent, Seen
 from cdi.controller.progress import owner_uid, scrape_progress
 from cdi.controller.pvc import (
@@ -125,7 +124,7 @@ def _post_events(involved: Obj, events: list[Event]) -> None:
         try:
             kube().create(_core("events", namespace=meta(involved).get("namespace") or "default"),
                           event_object(involved, event, component=names.MANAGED_BY, now=now()))
-        except requests.RequestException as error:
+        except KubeError as error:
             log.warning("event %s about %s not posted: %s", event.reason, meta(involved).get("name"), error)
 
 
