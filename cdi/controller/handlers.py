@@ -18,6 +18,7 @@ import datetime
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ from cdi.controller.config import UploadLifetimes, cdi_config_status, max_restar
 from cdi.controller.importer_pod import importer_pod, is_import_claim, pod_name, wants_importer_pod
 from cdi.controller.kube import Kube, KubeError, path
 from cdi.controller.memory import Latest, Recent, Seen
-from cdi.controller.progress import owner_uid, scrape_progress
+from cdi.controller.progress import owner_uid, progress_news, scrape_progress
 from cdi.controller.pvc import (
     ClaimAction, ClaimNotValid, adopted_pvc_patch, claim_action, conflict_message, render_pvc,
 )
@@ -50,6 +51,7 @@ CLUSTER_CONFIG_TTL = 1.0  # seconds a reconcile may use CDIConfig, StorageClasse
 DATAVOLUME, UPLOAD_CLAIM = "DataVolume", "upload PVC"
 _CLAIM, _POD = "PersistentVolumeClaim", "Pod"  # kinds, as _latest keys them
 Key = tuple[str, str, str]  # (DATAVOLUME or UPLOAD_CLAIM, namespace, name)
+Later = list[Callable[[], None]]  # what a reconcile does once the DataVolume's status is written
 
 
 @dataclass
@@ -182,51 +184,56 @@ def reconcile_datavolume(namespace: str, name: str) -> None:
         claim_error = Event(WARNING, names.EVENT_ERR_RESOURCE_MARKED_FOR_DELETION, f"PVC {name} marked for deletion")
         pvc = None
     pod = None
+    later: Later = []
     if pvc is not None and action in (ClaimAction.CREATE, ClaimAction.OURS) and is_import_claim(pvc):
-        pvc, pod = _sync_importer(pvc, config=config, config_status=config_status, gates=gates)
+        pvc, pod = _sync_importer(pvc, config=config, config_status=config_status, gates=gates, later=later)
     elif pvc is not None and action in (ClaimAction.CREATE, ClaimAction.OURS) and upload.is_upload_claim(pvc):
-        pvc, pod = _sync_upload(pvc, config=config, config_status=config_status, gates=gates)
+        pvc, pod = _sync_upload(pvc, config=config, config_status=config_status, gates=gates, later=later)
     storage_class = next((sc for sc in classes if meta(sc).get("name") == ((pvc or {}).get("spec") or {})
                           .get("storageClassName")), None)
     update = dv_status(dv, pvc=pvc, storage_class=storage_class, claim_error=claim_error,
                        progress=_progress.get((namespace, name)),
                        honor_wait_for_first_consumer=names.GATE_HONOR_WFFC in gates, now=now())
-    if update.status != dv.get("status"):
-        dv = _written(k.patch(_cdi(names.DATAVOLUMES, namespace=namespace, name=name, subresource="status"),
-                              {"status": update.status})) or dv
-    _post_events(dv, update.events)
+    try:
+        if update.status != dv.get("status"):
+            dv = _written(k.patch(_cdi(names.DATAVOLUMES, namespace=namespace, name=name, subresource="status"),
+                                  {"status": update.status})) or dv
+        _post_events(dv, update.events)
+    finally:  # also when the status could not be written: the PVC's events are not computed again
+        for step in later:
+            step()
     # An adopted PVC is worked on as ours by the next reconcile, which the echo of the adoption starts.
     _seen.record(dv, pod, None if action is ClaimAction.ADOPT else pvc)
 
 
-def _sync_importer(pvc: Obj, *, config: Obj | None, config_status: Obj,
-                   gates: list[str]) -> tuple[Obj, Obj | None]:
+def _sync_importer(pvc: Obj, *, config: Obj | None, config_status: Obj, gates: list[str],
+                   later: Later) -> tuple[Obj, Obj | None]:
     """Create the importer pod when one is due, or mirror the existing one into the PVC; (PVC, pod)."""
     k = kube()
     namespace, claim = meta(pvc).get("namespace", ""), meta(pvc).get("name", "")
-    pvc_path = _core("persistentvolumeclaims", namespace=namespace, name=claim)
     pod_path = _core("pods", namespace=namespace, name=pod_name(pvc))
     wanted = wants_importer_pod(pvc, honor_wait_for_first_consumer=names.GATE_HONOR_WFFC in gates)
+    # Not wanted and never annotated: no pod was made for it. A pod is annotated in the PVC right after it is
+    # made, with its first state (one write, not two); a controller stopped in between finds the pod again,
+    # as a PVC bound and not yet done still wants one.
     if not wanted and names.ANN_IMPORT_POD_NAME not in annotations(pvc):
-        return pvc, None  # no pod was made for it: the pod's name is annotated before the pod is created
+        return pvc, None
     pod = _read(_POD, pod_path, namespace=namespace, name=pod_name(pvc))
     if pod is None:
         if not wanted:
             return pvc, None
-        if names.ANN_IMPORT_POD_NAME not in annotations(pvc):
-            pvc = _written(k.patch(pvc_path, {"metadata": {"annotations": {
-                names.ANN_IMPORT_POD_NAME: pod_name(pvc)}}})) or pvc
         insecure = ((config or {}).get("spec") or {}).get("insecureRegistries") or []
         body = importer_pod(pvc, image=_settings.image, cdi_config_status=config_status,
                             pull_policy=_settings.pull_policy, insecure_registries=insecure)
         pod = _written(k.create(_core("pods", namespace=namespace), body)) or k.get(pod_path)
     if pod is None:
         return pvc, None
-    return _mirror_pod(pvc, pod, pod_path, config=config), pod
+    return _mirror_pod(pvc, pod, pod_path, config=config, later=later,
+                       annotate={names.ANN_IMPORT_POD_NAME: meta(pod).get("name", "")}), pod
 
 
-def _sync_upload(pvc: Obj, *, config: Obj | None, config_status: Obj,
-                 gates: list[str]) -> tuple[Obj, Obj | None]:
+def _sync_upload(pvc: Obj, *, config: Obj | None, config_status: Obj, gates: list[str],
+                 later: Later) -> tuple[Obj, Obj | None]:
     """The upload server pod, its Service and TLS Secret for an upload PVC (cdi-facts §5.4); (PVC, pod)."""
     k = kube()
     namespace, claim = meta(pvc).get("namespace", ""), meta(pvc).get("name", "")
@@ -258,7 +265,7 @@ def _sync_upload(pvc: Obj, *, config: Obj | None, config_status: Obj,
         _own_upload_secret(pvc, pod, signers, lifetimes=lifetimes)
     if pod is None:
         return pvc, None
-    pvc = _mirror_pod(pvc, pod, pod_path, config=config)
+    pvc = _mirror_pod(pvc, pod, pod_path, config=config, later=later)
     if annotations(pvc).get(names.ANN_POD_PHASE) == names.SUCCEEDED:
         k.delete(_core("services", namespace=namespace, name=upload.upload_service_name(pvc)))
     return pvc, pod
@@ -277,22 +284,26 @@ def _own_upload_secret(pvc: Obj, pod: Obj, signers: upload.Signers, *, lifetimes
             pvc, pod, signer=signers.server, client_ca_pem=signers.client_ca_pem, lifetime=lifetime))
 
 
-def _mirror_pod(pvc: Obj, pod: Obj, pod_path: str, *, config: Obj | None) -> Obj:
-    """The worker pod's state into its PVC's annotations (and the pod deleted once it is done)."""
+def _mirror_pod(pvc: Obj, pod: Obj, pod_path: str, *, config: Obj | None, later: Later,
+                annotate: dict[str, str] | None = None) -> Obj:
+    """The worker pod's state into its PVC's annotations, and a pod that is done deleted (before the DataVolume says
+    it is done, so nothing of it shows then); the PVC's events go to ``later``: after the DataVolume's status,
+    which its user waits for."""
     k = kube()
     pvc_path = _core("persistentvolumeclaims", namespace=meta(pvc).get("namespace", ""),
                      name=meta(pvc).get("name", ""))
     update = claim_update(pvc, pod, max_restarts=max_restarts(config, pvc))
     current = annotations(pvc)
-    changed = {k_: v for k_, v in update.annotations.items() if current.get(k_) != v}
+    changed = {k_: v for k_, v in {**(annotate or {}), **update.annotations}.items() if current.get(k_) != v}
     if changed or update.labels:
         patch: Obj = {"metadata": {"annotations": changed}}
         if update.labels:
             patch["metadata"]["labels"] = update.labels
         pvc = _written(k.patch(pvc_path, patch)) or pvc
-    _post_events(pvc, update.events)
     if update.delete_pod:
         k.delete(pod_path)
+    mirrored = pvc
+    later.append(lambda: _post_events(mirrored, update.events))
     return pvc
 
 
@@ -327,7 +338,10 @@ def reconcile_upload_claim(namespace: str, name: str) -> None:
     config = _recent.get("config", _config)
     config_status = (config or {}).get("status") or cdi_config_status(
         config, storage_classes=_recent.get("storage classes", _storage_classes))
-    _seen.record(*_sync_upload(pvc, config=config, config_status=config_status, gates=_gates(config)))
+    later: Later = []
+    _seen.record(*_sync_upload(pvc, config=config, config_status=config_status, gates=_gates(config), later=later))
+    for step in later:
+        step()
 
 
 @kopf.on.event("", "v1", "persistentvolumeclaims", annotations={names.ANN_UPLOAD_TARGET: kopf.PRESENT})
@@ -392,8 +406,9 @@ async def _poll_progress() -> None:
             log.exception("progress round failed")
             continue
         for (namespace, name), progress in scraped.items():
-            if progress is not None and progress != _progress.get((namespace, name)):
-                _progress[(namespace, name)] = progress
+            news = progress_news(progress, shown=_progress.get((namespace, name)))
+            if news is not None:
+                _progress[(namespace, name)] = news
                 _queue.add((DATAVOLUME, namespace, name))
 
 

@@ -32,6 +32,15 @@ def parse_progress(metrics_text: str, *, owner_uid: str) -> str | None:
     return f"{float(match[1]):.2f}%" if match else None
 
 
+def progress_news(scraped: str | None, *, shown: str | None) -> str | None:
+    """What a scrape changes in the progress shown so far (None: nothing). Until something has moved, a worker's
+    0.00% is no news: an upload server serves its metric from the start, and its DataVolume stays at N/A until
+    bytes arrive, as CDI's does, instead of flipping to 0.00% at whatever moment a scrape happens to come."""
+    if scraped is None or scraped == shown or (shown is None and float(scraped.rstrip("%")) == 0):
+        return None
+    return scraped
+
+
 def metrics_url(pod: Obj) -> str | None:
     """Where a running importer pod serves its metrics; None before it runs or without a pod IP."""
     status = pod.get("status") or {}

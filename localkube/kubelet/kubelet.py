@@ -23,6 +23,7 @@ from ..client import APIError, Client, Object, path, post_event
 from . import podspec
 from .images import ImageMap
 from .pod import Container, PodWorker
+from .spawner import Spawner
 
 NODE_NAME = "localkube"
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
@@ -42,6 +43,7 @@ class Kubelet:
         self.host_ip = "127.0.0.1"
         self.workers: dict[str, PodWorker] = {}
         self._closed = False  # set by shutdown: no new pods start, whatever the watch still delivers
+        self.spawner = Spawner()
         self._stopping: set[asyncio.Task[None]] = set()
         # Per claim, so that a change wakes only the pods waiting for that claim: with every waiting pod woken
         # by every claim's change, 200 pods waiting on a busy provisioner made 100,000 requests.
@@ -67,6 +69,7 @@ class Kubelet:
         workers, self.workers = list(self.workers.values()), {}
         await asyncio.gather(*(w.stop(min(_grace(w.pod), self.shutdown_grace)) for w in workers),
                              *self._stopping, return_exceptions=True)
+        await self.spawner.close()
 
     def allocate_ip(self) -> str:
         self._next_ip += 1

@@ -8,7 +8,6 @@ import logging
 import os
 import shutil
 import signal
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Awaitable, Callable
@@ -19,18 +18,15 @@ import aiohttp
 from ..client import APIError, Object, now, path, post_event
 from . import podspec
 from .images import CannotRun, container_argv
-from .sandbox import encode_spec
 
 if TYPE_CHECKING:
     from .kubelet import Kubelet
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+START_GRACE = 0.05  # seconds a pod's first status waits for its first container to start
 
 COMPONENT = "kubelet"
-# Run as a file, with the standard library only: as `-m localkube.kubelet.sandbox` it imported this package
-# (the kubelet, aiohttp) first, 0.2 s of CPU before every container start.
-_SANDBOX = str(Path(__file__).with_name("sandbox.py"))
 
 
 @dataclass
@@ -83,6 +79,7 @@ class PodWorker:
         self.started_at: str | None = None
         self.stopping = False
         self.changed = asyncio.Event()  # wakes the status writer
+        self.first_start = asyncio.Event()  # the first container has started, or could not
         self.task: asyncio.Task[None] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------------------
@@ -200,6 +197,7 @@ class PodWorker:
                    "workingDir": spec.get("workingDir", ""), "argv": argv, "env": {**base_env, **env}}
         started = now()
         error = await self._spawn(container, sandbox)
+        self.first_start.set()
         if error:
             return self._terminated(container, 128, "StartError", error, started=started)
         container.state = {"running": {"startedAt": started}}
@@ -263,26 +261,11 @@ class PodWorker:
         return code
 
     async def _spawn(self, container: Container, sandbox: Object) -> str:
-        """Starts the sandbox helper; returns its error before exec, or "" once the container runs."""
+        """Starts the container's process; returns its error before exec, or "" once the container runs."""
         self._root(container).mkdir(parents=True, exist_ok=True)
         assert container.log_file is not None
-        read_end, write_end = os.pipe()
-        sandbox["error_fd"] = write_end
-        try:
-            try:
-                with container.log_file.open("ab") as log_fd:
-                    container.process = await asyncio.create_subprocess_exec(
-                        sys.executable, "-I", "-S", _SANDBOX, encode_spec(sandbox),
-                        stdin=asyncio.subprocess.DEVNULL, stdout=log_fd, stderr=asyncio.subprocess.STDOUT,
-                        pass_fds=(write_end,), start_new_session=True)
-            finally:
-                os.close(write_end)
-            error = await asyncio.get_running_loop().run_in_executor(None, os.read, read_end, 4096)
-        finally:
-            os.close(read_end)
-        if error:
-            await container.process.wait()
-        return error.decode(errors="replace")
+        container.process, error = await self.kubelet.spawner.spawn(sandbox, log_file=container.log_file)
+        return error
 
     def _root(self, container: Container) -> Path:
         return self.dir / "roots" / container.name
@@ -445,9 +428,17 @@ class PodWorker:
                 raise
 
     async def _write_status(self) -> None:
-        """One writer per pod, so status patches never interleave; changes made meanwhile are coalesced."""
+        """One writer per pod, so status patches never interleave; changes made meanwhile are coalesced.
+
+        A pod's first status waits up to START_GRACE for its first container to start: a container starts
+        within milliseconds here, and Pending (ContainerCreating) written just before Running was one more
+        write, and one more reaction from every watcher (the CDI controller: a PVC annotation and a DataVolume
+        status for each). A pod that takes longer to start still shows Pending after START_GRACE."""
         while True:
             await self.changed.wait()
+            if not self.first_start.is_set():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.first_start.wait(), START_GRACE)
             self.changed.clear()
             try:
                 await self.publish()

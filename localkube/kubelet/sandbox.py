@@ -1,14 +1,16 @@
-"""`python -I -S sandbox.py SPEC`: becomes one container process (standard library only).
+"""`python -I -S sandbox.py ERROR_FD`, then SPEC on stdin: becomes one container process (standard library only).
 
-It enters a private mount namespace and builds the container's view there: a tmpfs root holding bind mounts
+It is started before its container is known (spawner.py) and waits for SPEC, one line on stdin. It then sends
+its stdout and stderr to the container's log file, takes /dev/null as stdin, enters a private mount namespace
+and builds the container's view there: a tmpfs root holding bind mounts
 of every top-level directory of the host (so the host's programs and libraries are all there, images are
 never pulled), a fresh /dev with the usual character devices, then the pod's volumes at their mountPaths and
 volumeDevices at their devicePaths. It chroots into that root, enters workingDir and execs the command, so the
 process the kubelet started *is* the container. Building the root on a tmpfs means mount points like /data or
 /dev/termination-log are never created on the host, where other pods (or other programs) would see them.
 
-Failures before exec (a missing command, a mount that fails) are written to the spec's `error_fd`, which the
-kubelet reads: if exec succeeds the descriptor just closes (it is close-on-exec) and nothing arrives.
+Failures before exec (a missing command, a mount that fails) are written to ERROR_FD, which the kubelet reads:
+if exec succeeds the descriptor just closes (it is close-on-exec) and nothing arrives.
 Runs as root, the only user; runAsUser/runAsGroup are not applied (fsGroup is, by the kubelet, on volumes).
 
 It imports only what is built into the interpreter, and ctypes: every container start pays for its imports,
@@ -132,11 +134,25 @@ def encode_spec(spec: dict[str, Any]) -> str:
     return marshal.dumps(spec).hex()
 
 
+def _take_stdio(log: str) -> None:
+    """stdout and stderr to the end of the container's log file, stdin from /dev/null."""
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    null = os.open("/dev/null", os.O_RDONLY)
+    for fd, target in ((out, 1), (out, 2), (null, 0)):
+        os.dup2(fd, target)
+    os.close(out)
+    os.close(null)
+
+
 def main() -> None:
-    spec = marshal.loads(bytes.fromhex(sys.argv[1]))
-    error_fd = spec["error_fd"]
+    error_fd = int(sys.argv[1])
     os.set_inheritable(error_fd, False)
+    line = sys.stdin.buffer.readline()
+    if not line:  # the kubelet stopped without a container for this sandbox
+        os._exit(0)
     try:
+        spec = marshal.loads(bytes.fromhex(line.decode().strip()))
+        _take_stdio(spec["log"])
         enter(spec)
     except OSError as exc:
         detail = exc.strerror or str(exc)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import errno
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
-_TOOLS = ("losetup", "mkfs.ext4", "mount", "umount", "unshare")
+_TOOLS = ("losetup", "mkfs.ext4", "unshare")
+_MNT_DETACH = 2
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 class HostError(RuntimeError):
@@ -66,18 +70,31 @@ async def make_ext4(device: str) -> None:
     await run(*MKFS_EXT4, device)
 
 
+# Mounts are made and removed with the system calls, not mount(8) and umount(8): those took 4.4 and 2 ms (a
+# process, libmount reading the mount table) against 0.5 ms each, on the way to every claim's Bound.
 async def mount(device: str, target: Path) -> None:
     target.mkdir(parents=True, exist_ok=True)
-    await run("mount", "-t", "ext4", device, str(target))
+    await asyncio.to_thread(_mount, device, target)
+
+
+def _mount(device: str, target: Path) -> None:
+    if _libc.mount(device.encode(), str(target).encode(), b"ext4", 0, None) != 0:
+        raise HostError(f"mount {device} on {target} failed: {os.strerror(ctypes.get_errno())}")
 
 
 async def unmount(target: Path) -> None:
-    try:
-        await run("umount", str(target))
-    except HostError:
+    await asyncio.to_thread(_unmount, target)
+
+
+def _unmount(target: Path) -> None:
+    if _libc.umount2(str(target).encode(), 0) == 0:
+        return
+    if ctypes.get_errno() == errno.EBUSY:
         # Busy (a shell sits in it, a file is open): detach it from the tree now, the kernel frees it when
         # the last user goes, and its loop device with it (detaching a busy loop device is deferred too).
-        await run("umount", "--lazy", str(target))
+        if _libc.umount2(str(target).encode(), _MNT_DETACH) == 0:
+            return
+    raise HostError(f"umount {target} failed: {os.strerror(ctypes.get_errno())}")
 
 
 def mounts_under(root: Path) -> list[Path]:

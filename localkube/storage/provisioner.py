@@ -146,8 +146,8 @@ class Provisioner:
             if exc.code != 409:
                 raise
             pv = await self.client.get(path("persistentvolumes", name=name))
+        await self._bind(pvc, pv)  # before the event, which nothing waits for: the claim's user waits for Bound
         await self.event(pvc, "ProvisioningSucceeded", f"Successfully provisioned volume {name}")
-        await self._bind(pvc, pv)
 
     async def _bind(self, pvc: Object, pv: Object) -> None:
         meta = pvc["metadata"]

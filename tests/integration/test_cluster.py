@@ -28,6 +28,20 @@ def alive(pid: int) -> bool:
     return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
 
 
+def waiting_sandboxes() -> list[int]:
+    """This process's children that are container sandboxes still waiting for a container (the kubelet keeps one)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or int((entry / "stat").read_text().split(")")[-1].split()[1]) != os.getpid():
+                continue
+            if b"kubelet/sandbox.py" in (entry / "cmdline").read_bytes() and alive(int(entry.name)):
+                found.append(int(entry.name))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return found
+
+
 def test_node_and_storage_classes(cluster_kubectl: Any) -> None:
     node = json.loads(cluster_kubectl("get", "node", "localkube", "-o", "json").stdout)
     assert node["status"]["conditions"][0]["type"] == "Ready" and node["status"]["conditions"][0]["status"] == "True"
@@ -60,10 +74,12 @@ def test_stop_leaves_no_process_mount_or_loop_device(tmp_path: Path) -> None:
         pid = int(pod["status"]["containerStatuses"][0]["containerID"].removeprefix("localkube://"))
         mounts, loops = leftovers(workdir)
         assert len(mounts) == 1 and len(loops) == 2
+        assert len(waiting_sandboxes()) == 1  # started for the next container
     finally:
         cluster.stop()
     assert leftovers(workdir) == ([], [])
     assert not alive(pid)
+    assert waiting_sandboxes() == []
     assert not (workdir / "pods").exists() or not any((workdir / "pods").iterdir())
     with pytest.raises(requests.ConnectionError):
         requests.get(cluster.url + "/version", timeout=5)

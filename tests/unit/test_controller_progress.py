@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from cdi.controller.importer_pod import importer_pod as importer_pod_of
-from cdi.controller.progress import metrics_url, owner_uid, parse_progress, scrape_progress
+from cdi.controller.progress import metrics_url, owner_uid, parse_progress, progress_news, scrape_progress
 from importer.metrics import ProgressMetric
 from importer.progress import Progress
 from tests.unit.test_controller_importer_pod import CONFIG, HTTP, IMAGE, claim
@@ -59,3 +59,15 @@ def test_owner_uid_is_the_datavolume_the_importer_pod_labels_its_metric_with():
     pod = importer_pod_of(claim(HTTP), image=IMAGE, cdi_config_status=CONFIG)
     assert owner_uid(pod) == "dv-uid-1"
     assert owner_uid({"spec": {"containers": [{"name": "importer"}]}}) == ""
+
+
+@pytest.mark.parametrize(("scraped", "shown", "news"), [
+    (None, None, None),  # nothing read
+    ("0.00%", None, None),  # nothing moved yet: still N/A
+    ("0.01%", None, "0.01%"),
+    ("45.30%", "12.00%", "45.30%"),
+    ("45.30%", "45.30%", None),  # no change
+    ("0.00%", "45.30%", "0.00%"),  # a new attempt after a failed one: reported (the status never shows it lower)
+])
+def test_progress_news(scraped, shown, news):
+    assert progress_news(scraped, shown=shown) == news
