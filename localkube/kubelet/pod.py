@@ -80,6 +80,7 @@ class PodWorker:
         self.stopping = False
         self.changed = asyncio.Event()  # wakes the status writer
         self.first_start = asyncio.Event()  # the first container has started, or could not
+        self.published: Object | None = None  # the status last written
         self.task: asyncio.Task[None] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------------------
@@ -420,12 +421,18 @@ class PodWorker:
         return {**self.pod, "status": self.status()}
 
     async def publish(self) -> None:
+        """Writes the status unless it is the one last written: the writer and the pod's end (or its
+        termination) may both try to send the final one, and each write wakes every watcher of pods."""
+        status = self.status()
+        if status == self.published:
+            return
         try:
             await self.kubelet.client.patch(path("pods", namespace=self.namespace, name=self.name,
-                                                 subresource="status"), {"status": self.status()})
+                                                 subresource="status"), {"status": status})
         except APIError as exc:
             if exc.code != 404:  # a deleted pod has no status to write
                 raise
+        self.published = status
 
     async def _write_status(self) -> None:
         """One writer per pod, so status patches never interleave; changes made meanwhile are coalesced.

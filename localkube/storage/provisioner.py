@@ -186,6 +186,8 @@ class Provisioner:
         claim = pv["spec"].get("claimRef")
         if not claim or pv.get("status", {}).get("phase") == "Released":
             return
+        if claim.get("uid") in self._claimed:
+            return  # provisioned here for that claim: _provision binds it, and a second bind repeats its writes
         pvc = await self.client.get_or_none(path("persistentvolumeclaims", namespace=claim["namespace"],
                                                  name=claim["name"]))
         # A claimRef moved onto a waiting claim (a populator's rebind) completes the binding on that claim.
