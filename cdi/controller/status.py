@@ -195,9 +195,10 @@ def dv_status(
         for kind, value in ((names.CONDITION_BOUND, bound), (names.CONDITION_READY, ready),
                             (names.CONDITION_RUNNING, running))
     ]
-    imported = pvc is not None and annotations(pvc).get(names.ANN_POD_PHASE) == names.SUCCEEDED
+    pod_phase = annotations(pvc).get(names.ANN_POD_PHASE) if pvc is not None else None
     events.extend(_events(old_phase, phase, old_conditions, bound=bound, running=running, ready=ready,
-                          claim=status.get("claimName", ""), imported=imported, upload=upload))
+                          claim=status.get("claimName", ""), imported=pod_phase == names.SUCCEEDED,
+                          upload_failed=upload and pod_phase == names.FAILED, upload=upload))
     return StatusUpdate(status, events)
 
 
@@ -297,12 +298,21 @@ def _condition(old: Obj | None, kind: str, value: tuple[str, str, str], *, now: 
 
 def _events(old_phase: str, phase: str, old_conditions: dict[str, Obj], *, bound: tuple[str, str, str],
             running: tuple[str, str, str], ready: tuple[str, str, str], claim: str,
-            imported: bool, upload: bool = False) -> list[Event]:
+            imported: bool, upload_failed: bool = False, upload: bool = False) -> list[Event]:
+    """CDI's events for a status change: each only when the phase or the condition it tells of moves.
+
+    ``upload_failed``: the upload pod failed. As in CDI, the DataVolume stays or goes back to UploadScheduled
+    (the pod runs again) with a warning UploadFailed in place of the UploadScheduled event."""
     events = []
     old_bound = old_conditions.get(names.CONDITION_BOUND) or {}
     if (old_bound.get("status"), old_bound.get("reason")) != bound[:2] and bound[1]:
         events.append(Event(WARNING if bound[1].startswith("Err") else NORMAL, bound[1], bound[2]))
-    if phase != old_phase:
+    old_running = old_conditions.get(names.CONDITION_RUNNING) or {}
+    running_moved = (old_running.get("status"), old_running.get("reason"), old_running.get("message")) != running
+    if upload_failed:
+        if claim and (phase != old_phase or running_moved):
+            events.append(Event(WARNING, names.EVENT_UPLOAD_FAILED, f"Upload into {claim} failed"))
+    elif phase != old_phase:
         by_phase = {
             names.IMPORT_SCHEDULED: (NORMAL, names.EVENT_IMPORT_SCHEDULED, f"Import into {claim} scheduled"),
             names.IMPORT_IN_PROGRESS: (NORMAL, names.EVENT_IMPORT_IN_PROGRESS, f"Import into {claim} in progress"),
@@ -316,7 +326,6 @@ def _events(old_phase: str, phase: str, old_conditions: dict[str, Obj], *, bound
         if phase == names.SUCCEEDED and imported:
             events.append(Event(NORMAL, names.EVENT_UPLOAD_SUCCEEDED, f"Successfully uploaded into {claim}") if upload
                           else Event(NORMAL, names.EVENT_IMPORT_SUCCEEDED, f"Successfully imported into PVC {claim}"))
-    old_running = old_conditions.get(names.CONDITION_RUNNING) or {}
     if (running[0] == "False" and running[2] and running[2] != old_running.get("message")
             and bound[0] == "True" and ready[0] != "True" and running[1] != "Scratch space required"):
         events.append(Event(WARNING, running[1], running[2]))

@@ -17,7 +17,8 @@ from cdi.controller.upload import (
     wants_upload_pod,
 )
 from importer import contract
-from tests.unit.test_controller_status import Import, conditions, pod, running, terminated, waiting
+from importer.errors import Reason
+from tests.unit.test_controller_status import Import, conditions, failure, pod, running, terminated, waiting
 
 IMAGE = "quay.io/kubevirt/cdi-uploadserver:v1"
 WHEN = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.timezone.utc)
@@ -198,6 +199,28 @@ def test_upload_timeline():
     assert dv.pvc_events == [Event("Normal", "UploadSucceeded", "Upload Successful")]
     assert dv.pod_deleted
     assert dv.pvc["metadata"]["annotations"][names.ANN_POD_PHASE] == "Succeeded"
+
+
+def test_a_failed_upload_pod_is_a_warning_and_the_upload_is_scheduled_again():
+    dv = Upload()
+    dv.pod(ready(pod("Running", running())))
+    assert dv.status()["phase"] == names.UPLOAD_READY
+    dv.pod(pod("Failed", terminated(1, "disk full")))  # a pod the kubelet gave up (evicted, say)
+    status = dv.status()
+    assert status["phase"] == names.UPLOAD_SCHEDULED  # as CDI: the failed pod is not the DataVolume's end
+    assert Event("Warning", "UploadFailed", "Upload into win-disk failed") in dv.events
+    assert not any(e.reason == "UploadScheduled" for e in dv.events)
+    assert dv.status()["phase"] == names.UPLOAD_SCHEDULED and dv.events == []  # once, not on every reconcile
+
+
+def test_an_upload_that_fails_for_good_fails_the_datavolume_with_upload_failed():
+    dv = Upload()
+    dv.pod(ready(pod("Running", running())))
+    dv.status()
+    dv.pod(pod("Running", terminated(0, failure(Reason.UnsafeImage, "qcow2 has a backing file"))))
+    status = dv.status()
+    assert status["phase"] == names.FAILED
+    assert dv.events[0] == Event("Warning", "UploadFailed", "Upload into win-disk failed")
 
 
 def test_an_expired_upload_pod_is_replaced_not_succeeded():
