@@ -144,3 +144,14 @@ def test_storage_profile_and_datasource_keep_their_fields():
                          "conditions": [{"type": "Ready", "status": "True", "reason": "Ready"}]}}
     outcome = check(source, schema(names.DATASOURCES))
     assert outcome.causes == [] and outcome.pruned == [] and outcome.value == source
+
+
+def test_cdi_cert_config_keeps_lifetimes_and_refuses_what_is_no_duration_string():
+    cert_config = {"ca": {"duration": "48h", "renewBefore": "24h"}, "server": {"duration": "24h0m0s"},
+                   "client": {"renewBefore": "30m"}}
+    cdi = {"apiVersion": names.API_VERSION, "kind": names.CDI, "metadata": {"name": "cdi"},
+           "spec": {"certConfig": cert_config}}
+    outcome = check(cdi, schema(names.CDIS))
+    assert outcome.causes == [] and outcome.pruned == [] and outcome.value == cdi
+    bad = check({**cdi, "spec": {"certConfig": {"server": {"duration": 3600}}}}, schema(names.CDIS))
+    assert [f for _, f, _ in bad.causes] == ["spec.certConfig.server.duration"]
