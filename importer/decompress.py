@@ -7,7 +7,6 @@ runs in a thread of its own, overlapping with the download and the writes (see :
 
 from __future__ import annotations
 
-import importlib
 import io
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
@@ -59,24 +58,29 @@ class ChunkReader(io.RawIOBase):
         return n
 
 
-# Each codec's module is loaded when its magic is seen: most images are not compressed, and loading all four
-# (with zstandard's extension) cost every import 10 ms before its first byte.
-_CODECS = {"gz": "gzip", "xz": "lzma", "bz2": "bz2", "zst": "zstandard"}
-
-
 def _layer(kind: str, raw: BinaryIO) -> tuple[BinaryIO, tuple[type[BaseException], ...]]:
-    """The decompressing reader over ``raw``, and what it raises on corrupt data."""
-    codec = importlib.import_module(_CODECS[kind])
-    if kind == "gz":
-        import zlib  # noqa: PLC0415 - loaded with gzip
+    """The decompressing reader over ``raw``, and what it raises on corrupt data.
 
-        return codec.GzipFile(fileobj=raw, mode="rb"), (zlib.error,)
+    Each codec is imported when its magic is seen: most images are not compressed, and importing all four
+    (zstandard's extension among them) cost every import 10 ms before its first byte."""
+    if kind == "gz":
+        import gzip
+        import zlib
+
+        return gzip.GzipFile(fileobj=raw, mode="rb"), (zlib.error,)  # type: ignore[return-value]
     if kind == "xz":
-        return codec.LZMAFile(raw), (codec.LZMAError,)
+        import lzma
+
+        return lzma.LZMAFile(raw), (lzma.LZMAError,)  # type: ignore[return-value]
     if kind == "bz2":
-        return codec.BZ2File(raw), ()
+        import bz2
+
+        return bz2.BZ2File(raw), ()  # type: ignore[return-value]
+    import zstandard
+
     # pzstd and `zstd -T` write several frames; CDI-style single-frame readers stop after the first.
-    return codec.ZstdDecompressor().stream_reader(raw, read_across_frames=True), (codec.ZstdError,)
+    return (zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True),  # type: ignore[return-value]
+            (zstandard.ZstdError,))
 
 
 def _inflate(kind: str, chunks: Iterable[bytes]) -> Iterator[bytes]:

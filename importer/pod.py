@@ -11,7 +11,7 @@ from pathlib import Path
 from importer import contract as c
 from importer.errors import ImportFailed, Reason
 from importer.pipeline import run_import
-from importer.process import exit_now
+from importer.process import without_teardown
 from importer.progress import Progress, Snapshot, Throttled
 from importer.request import from_env
 
@@ -84,9 +84,7 @@ def _log_progress(snapshot: Snapshot) -> None:
     log.info("%s %.2f%% (%d bytes)", snapshot.phase, snapshot.percent, snapshot.done_bytes)
 
 
-def run() -> None:
-    """The console script: ``main`` without the interpreter's teardown after it (importer.process)."""
-    exit_now(main())
+run = without_teardown(main)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 
@@ -24,3 +25,12 @@ def exit_now(code: int) -> NoReturn:
         except (OSError, ValueError):  # a closed pipe or file: nothing more can be said there anyway
             pass
     os._exit(code)
+
+
+def without_teardown(main: Callable[[], int]) -> Callable[[], NoReturn]:
+    """The console script for ``main``: ``main``, then :func:`exit_now` with its exit code."""
+
+    def run() -> NoReturn:
+        exit_now(main())
+
+    return run

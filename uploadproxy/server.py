@@ -29,7 +29,7 @@ from importer.checksum import Expected
 from importer.errors import ImportFailed, Reason
 from importer.metrics import serve_progress
 from importer.pipeline import ImportRequest, ImportResult
-from importer.process import exit_now
+from importer.process import without_teardown
 from importer.progress import Listener
 from importer.quantity import parse_quantity
 from importer.sources.base import SourceOptions
@@ -403,9 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run() -> None:
-    """The console script: ``main`` without the interpreter's teardown after it (importer.process)."""
-    exit_now(main())
+run = without_teardown(main)
 
 
 if __name__ == "__main__":

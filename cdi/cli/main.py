@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-from importer.process import exit_now
+from importer.process import without_teardown
 
 # Each subcommand's module registers its own parser. Only the one asked for is loaded: the others pull in
 # cryptography, JWT and Kubernetes code, a tenth of a second that `cdi import` of a small image would feel.
@@ -25,9 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     return int(args.run(args))
 
 
-def run() -> None:
-    """The console script: ``main`` without the interpreter's teardown after it (importer.process)."""
-    exit_now(main())
+run = without_teardown(main)
 
 
 if __name__ == "__main__":
