@@ -9,7 +9,8 @@
 - raw.zst / raw.gz / raw.xz of a compressible 512 MiB disk: ours against `curl | <decompressor> > file` + sync.
 - peak RSS of `cdi import` (and, apart, of qemu-img under it) and the sparseness of its disk.img, on the
   largest qcow2, whose result is first checked against the source with `qemu-img compare`.
-Each time is the median of --runs runs; the variants of a case take turns. Goals are the issue's.
+Each time is the median of --runs runs; the variants of a case take turns, each going first in turn, and each
+run's times go to stderr. Goals are the issue's.
 """
 
 from __future__ import annotations
@@ -113,7 +114,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench importer", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="skip the 4 GiB qcow2")
-    parser.add_argument("--runs", type=int, default=3, help="runs per variant; the median counts (default 3)")
+    parser.add_argument("--runs", type=int, default=6,
+                        help="runs per variant, the median counts; a multiple of 3 and 2, the numbers of variants "
+                             "that take turns, gives each variant each place equally often (default 6)")
     add_work_options(parser, holds="images, nginx, scratch, loop backing file")
     parser.add_argument("--dest", type=Path,
                         help="the Filesystem target directory (its disk.img is replaced; default: in the work dir)")

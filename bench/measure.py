@@ -60,17 +60,24 @@ def medians(variants: dict[str, Callable[[], None]], *, setup: Callable[[], None
     """Median seconds of each variant, including the final sync (CDI's pipeline ends with one).
 
     The variants take turns run by run, so a burst of load from other work on the machine spreads over all
-    of them instead of spoiling one; the page cache cannot be dropped, so each starts after a sync.
+    of them instead of spoiling one; the page cache cannot be dropped, so each starts after a sync. Who goes
+    first rotates from run to run: in a fixed order one variant always ran right after the same one and paid
+    for whatever it left the disk busy with (ours after CDI's pipeline, which writes twice as much and
+    deletes a scratch file on a filesystem mounted with discard); a number of runs that is a multiple of
+    the number of variants gives each the same share of places.
     """
     times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(runs):
-        for name, run in variants.items():
+    names = list(variants)
+    for turn in range(runs):
+        for name in names[turn % len(names):] + names[:turn % len(names)]:
+            run = variants[name]
             setup()
             os.sync()
             start = time.monotonic()
             run()
             os.sync()
             times[name].append(time.monotonic() - start)
+        print(f"  run {turn + 1}: " + ", ".join(f"{name} {times[name][-1]:.2f} s" for name in names), file=sys.stderr)
     return {name: statistics.median(values) for name, values in times.items()}
 
 
