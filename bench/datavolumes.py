@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
 import subprocess
 import sys
 import time
@@ -34,7 +32,7 @@ import requests
 from bench import images
 from bench.images import GiB
 from bench.loopdev import ext4_volume
-from bench.measure import add_work_options, exit_on_sigterm, peak_rss_of, work_dir
+from bench.measure import add_work_options, exit_on_sigterm, in_turns, peak_rss_of, work_dir
 from bench.report import Figure, publish
 from cdi.api import names
 from cdi.api.spec import quantity_bytes, requested_size
@@ -138,20 +136,6 @@ def _clear(kube: Kube, prefix: str, *, volumes: Path) -> None:
     _wait_all(lambda: 0 if any(volumes.glob("*.img")) else 1, 1, what="volumes released", timeout=600)
 
 
-def _in_turns(runs: int, sides: dict[str, Callable[[int], float]]) -> dict[str, float]:
-    """Median seconds of each side, run once per run, taking turns at going first, each after a sync: a burst
-    of load from other work on the machine, or dirty pages left by the last run, spread over all instead of
-    spoiling one. Each run's figures go to stderr, to show the spread."""
-    times: dict[str, list[float]] = {name: [] for name in sides}
-    for run in range(runs):
-        order = list(sides) if run % 2 == 0 else list(reversed(sides))
-        for name in order:
-            os.sync()
-            times[name].append(sides[name](run))
-        print(f"  run {run + 1}: " + ", ".join(f"{name} {times[name][-1]:.2f} s" for name in sides), file=sys.stderr)
-    return {name: statistics.median(values) for name, values in times.items()}
-
-
 def blank_volumes(kube: Kube, *, count: int, size: str, runs: int, volumes: Path) -> tuple[float, float]:
     """Median seconds of ``count`` bare importer pods and of as many DataVolumes."""
     def bare(_: int) -> float:
@@ -164,7 +148,7 @@ def blank_volumes(kube: Kube, *, count: int, size: str, runs: int, volumes: Path
         _clear(kube, "blank-", volumes=volumes)
         return seconds
 
-    medians = _in_turns(runs, {"bare pods": bare, "DataVolumes": as_datavolumes})
+    medians = in_turns(runs, {"bare pods": bare, "DataVolumes": as_datavolumes})
     return medians["bare pods"], medians["DataVolumes"]
 
 
@@ -209,7 +193,7 @@ def qcow2_import(kube: Kube, url: str, *, disks: Path, runs: int, volumes: Path)
                            check=True, stdout=subprocess.DEVNULL)
             return time.monotonic() - start
 
-    medians = _in_turns(runs, {"DataVolume": timed_datavolume, "cdi import": with_cli})
+    medians = in_turns(runs, {"DataVolume": timed_datavolume, "cdi import": with_cli})
     return medians["DataVolume"], medians["cdi import"]
 
 

@@ -56,29 +56,42 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _exit)
 
 
-def medians(variants: dict[str, Callable[[], None]], *, setup: Callable[[], None], runs: int) -> dict[str, float]:
-    """Median seconds of each variant, including the final sync (CDI's pipeline ends with one).
+def in_turns(runs: int, sides: dict[str, Callable[[int], float]]) -> dict[str, float]:
+    """Median seconds of each side, each run once per turn (it gets the turn's number and returns its seconds).
 
-    The variants take turns run by run, so a burst of load from other work on the machine spreads over all
-    of them instead of spoiling one; the page cache cannot be dropped, so each starts after a sync. Who goes
-    first rotates from run to run: in a fixed order one variant always ran right after the same one and paid
-    for whatever it left the disk busy with (ours after CDI's pipeline, which writes twice as much and
-    deletes a scratch file on a filesystem mounted with discard); a number of runs that is a multiple of
-    the number of variants gives each the same share of places.
+    The sides take turns, so a burst of load from other work on the machine spreads over all of them instead
+    of spoiling one; each starts after a sync. Who goes first rotates from turn to turn: in a fixed order one
+    side always ran right after the same one and paid for whatever it left the disk busy with (ours after CDI's
+    pipeline, which writes twice as much and deletes a scratch file on a filesystem mounted with discard); a
+    number of runs that is a multiple of the number of sides gives each the same share of places. Each turn's
+    figures go to stderr, to show the spread.
     """
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    names = list(variants)
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    names = list(sides)
     for turn in range(runs):
         for name in names[turn % len(names):] + names[:turn % len(names)]:
-            run = variants[name]
+            os.sync()
+            times[name].append(sides[name](turn))
+        print(f"  run {turn + 1}: " + ", ".join(f"{name} {times[name][-1]:.2f} s" for name in names), file=sys.stderr)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def medians(variants: dict[str, Callable[[], None]], *, setup: Callable[[], None], runs: int) -> dict[str, float]:
+    """Median seconds of each variant (see :func:`in_turns`), each after ``setup`` and a sync, and including a
+    final sync (CDI's pipeline ends with one): the page cache cannot be dropped."""
+
+    def timed(run: Callable[[], None]) -> Callable[[int], float]:
+        def side(_: int) -> float:
             setup()
             os.sync()
             start = time.monotonic()
             run()
             os.sync()
-            times[name].append(time.monotonic() - start)
-        print(f"  run {turn + 1}: " + ", ".join(f"{name} {times[name][-1]:.2f} s" for name in names), file=sys.stderr)
-    return {name: statistics.median(values) for name, values in times.items()}
+            return time.monotonic() - start
+
+        return side
+
+    return in_turns(runs, {name: timed(run) for name, run in variants.items()})
 
 
 @dataclass

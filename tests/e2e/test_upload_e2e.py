@@ -30,9 +30,9 @@ from tests.e2e.test_import_e2e import assert_volume_holds
 from tests.fixtures.cdi_system import KUBECTL, CDISystem, Obj, datavolume
 from tests.fixtures.images import ImageSet
 from tests.fixtures.localkube_cluster import wait_for
-from tests.fixtures.upload import UpstreamCut
 from tests.integration.test_upload_flow import curl
 from tests.integration.test_upload_resume import CHUNK
+from tests.support.tcpcut import CuttingRelay
 from tests.support.uploads import held_upload, once_receiving, upload_state, wait_upload_state
 from uploadproxy import client, token
 from uploadproxy.contract import ASYNC_PATH, SAVE_FAILED, TOO_LARGE, UPLOAD_PATH
@@ -285,8 +285,8 @@ def test_a_cut_upload_resumes_where_the_server_stopped(cdi: CDISystem, images: I
     credential = upload_dv(cdi, "resumed")
     image = images.path("disk.raw")
     size = image.stat().st_size
-    relay = UpstreamCut(target_port=proxy.port or 443, cut_after=size * 9 // 10,
-                        on_cut=once_receiving(base, credential, verify=proxy_verify(cdi)))
+    relay = CuttingRelay(target_port=proxy.port or 443, cut_after=[size * 9 // 10], upstream=True,
+                         on_cut=once_receiving(base, credential, verify=proxy_verify(cdi)))
     try:
         result = client.upload(f"https://127.0.0.1:{relay.port}", image, token=credential, verify=proxy_verify(cdi),
                                progress=False, refresh_token=lambda: kubectl_token(cdi, "resumed"))

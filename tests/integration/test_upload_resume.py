@@ -10,8 +10,9 @@ import pytest
 import requests
 
 from tests.fixtures.images import ImageSet
-from tests.fixtures.upload import MakeStack, UploadPKI, UploadStack, UpstreamCut
+from tests.fixtures.upload import MakeStack, UploadPKI, UploadStack
 from tests.integration.test_upload_flow import assert_finished, curl
+from tests.support.tcpcut import CuttingRelay
 from tests.support.uploads import once_receiving, wait_upload_state
 from uploadproxy import client, token
 from uploadproxy.contract import UPLOAD_PATH
@@ -20,17 +21,18 @@ CHUNK = 1 << 20  # the largest piece the server reads off a connection at once
 
 
 @pytest.fixture
-def cut_at_90(upload_stack: UploadStack, images: ImageSet, upload_pki: UploadPKI) -> Iterator[UpstreamCut]:
+def cut_at_90(upload_stack: UploadStack, images: ImageSet, upload_pki: UploadPKI) -> Iterator[CuttingRelay]:
     size = images.path("disk.raw").stat().st_size
-    relay = UpstreamCut(target_port=int(upload_stack.proxy_url.rsplit(":", 1)[1]), cut_after=size * 9 // 10,
-                        on_cut=once_receiving(upload_stack.proxy_url, upload_stack.token(), verify=str(upload_pki.ca)))
+    relay = CuttingRelay(target_port=int(upload_stack.proxy_url.rsplit(":", 1)[1]), cut_after=[size * 9 // 10],
+                         upstream=True,
+                         on_cut=once_receiving(upload_stack.proxy_url, upload_stack.token(), verify=str(upload_pki.ca)))
     try:
         yield relay
     finally:
         relay.close()
 
 
-def test_cut_at_90_percent_resends_at_most_the_rest(upload_stack: UploadStack, cut_at_90: UpstreamCut,
+def test_cut_at_90_percent_resends_at_most_the_rest(upload_stack: UploadStack, cut_at_90: CuttingRelay,
                                                    images: ImageSet, upload_pki: UploadPKI) -> None:
     image = images.path("disk.raw")
     size = image.stat().st_size
@@ -58,8 +60,8 @@ def test_a_token_that_stops_working_mid_upload_is_renewed(upload_stack: UploadSt
         renewed.append(token.issue(new_key, namespace="ns", name="disk"))
         return renewed[-1]
 
-    relay = UpstreamCut(target_port=int(upload_stack.proxy_url.rsplit(":", 1)[1]), cut_after=size // 2,
-                        on_cut=rotate)
+    relay = CuttingRelay(target_port=int(upload_stack.proxy_url.rsplit(":", 1)[1]), cut_after=[size // 2],
+                         upstream=True, on_cut=rotate)
     try:
         result = client.upload(f"https://127.0.0.1:{relay.port}", image, token=upload_stack.token(),
                                verify=str(upload_pki.ca), progress=False, refresh_token=refresh)
@@ -80,7 +82,7 @@ def test_a_token_refused_at_once_is_not_retried(upload_stack: UploadStack, image
     assert failure.value.status == 401 and str(failure.value).startswith("authentication failed: invalid token")
 
 
-def test_a_plain_client_that_starts_over_replaces_the_cut_upload(upload_stack: UploadStack, cut_at_90: UpstreamCut,
+def test_a_plain_client_that_starts_over_replaces_the_cut_upload(upload_stack: UploadStack, cut_at_90: CuttingRelay,
                                                                  images: ImageSet, upload_pki: UploadPKI) -> None:
     image = images.path("disk.raw")
     size = image.stat().st_size
@@ -106,8 +108,9 @@ def test_a_cut_upload_not_resumed_in_time_is_dropped(make_upload_stack: MakeStac
                                                      upload_pki: UploadPKI) -> None:
     stack = make_upload_stack(env={"UPLOAD_RESUME_TIMEOUT": "0.5"})
     image = images.path("disk.raw")
-    relay = UpstreamCut(target_port=int(stack.proxy_url.rsplit(":", 1)[1]), cut_after=image.stat().st_size // 2,
-                        on_cut=once_receiving(stack.proxy_url, stack.token(), verify=str(upload_pki.ca)))
+    relay = CuttingRelay(target_port=int(stack.proxy_url.rsplit(":", 1)[1]),
+                         cut_after=[image.stat().st_size // 2], upstream=True,
+                         on_cut=once_receiving(stack.proxy_url, stack.token(), verify=str(upload_pki.ca)))
     try:
         subprocess.run(["curl", "-k", "-s", "-H", f"Authorization: Bearer {stack.token()}", "--data-binary",
                         f"@{image}", f"https://127.0.0.1:{relay.port}{UPLOAD_PATH}"], capture_output=True, timeout=60,

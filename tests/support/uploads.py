@@ -38,7 +38,7 @@ def wait_upload_state(base_url: str, token: str, phase: str, *, verify: bool | s
 
 
 def once_receiving(base_url: str, token: str, *, verify: bool | str) -> Callable[[], None]:
-    """An ``UpstreamCut.on_cut`` that holds the cut until the upload server is receiving the upload. A proxy slow
+    """An ``CuttingRelay.on_cut`` that holds the cut until the upload server is receiving the upload. A proxy slow
     to start forwarding (a loaded machine: the body waits in socket buffers) would otherwise lose a body the
     server never saw, and the client would rightly start over instead of resuming. It never raises: an error
     in the relay's thread would leave the client waiting forever, so past the deadline the cut just happens
