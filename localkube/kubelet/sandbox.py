@@ -9,8 +9,9 @@ volumeDevices at their devicePaths. It chroots into that root, enters workingDir
 process the kubelet started *is* the container. Building the root on a tmpfs means mount points like /data or
 /dev/termination-log are never created on the host, where other pods (or other programs) would see them.
 
-Failures before exec (a missing command, a mount that fails) are written to ERROR_FD, which the kubelet reads:
-if exec succeeds the descriptor just closes (it is close-on-exec) and nothing arrives.
+ERROR_FD tells the kubelet how the start went: SPEC_TAKEN as soon as SPEC is read, then either the failure
+before exec (a missing command, a mount that fails) or nothing: exec closes the descriptor (it is close-on-exec).
+Nothing at all means the sandbox died before it read SPEC; a container that ran, however briefly, said SPEC_TAKEN.
 Runs as root, the only user; runAsUser/runAsGroup are not applied (fsGroup is, by the kubelet, on volumes).
 
 It imports only what is built into the interpreter, and ctypes: every container start pays for its imports,
@@ -41,6 +42,7 @@ _DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/pro
               "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx"}
 
 _MNT_DETACH = 2
+SPEC_TAKEN = b"+"
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -150,6 +152,7 @@ def main() -> None:
     line = sys.stdin.buffer.readline()
     if not line:  # the kubelet stopped without a container for this sandbox
         os._exit(0)
+    os.write(error_fd, SPEC_TAKEN)
     try:
         spec = marshal.loads(bytes.fromhex(line.decode().strip()))
         _take_stdio(spec["log"])

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .sandbox import encode_spec
+from .sandbox import SPEC_TAKEN, encode_spec
 
 # Run as a file, with the standard library only: as `-m localkube.kubelet.sandbox` it imported this package
 # (the kubelet, aiohttp) first, 0.2 s of CPU before every container start.
@@ -45,6 +45,14 @@ async def _start() -> Sandbox:
     return Sandbox(process, read_end)
 
 
+def _read_to_end(fd: int) -> bytes:
+    """All the sandbox says on its error pipe: it ends when the sandbox execs its container or exits."""
+    said = b""
+    while part := os.read(fd, 4096):
+        said += part
+    return said
+
+
 async def _discard(sandbox: Sandbox) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(sandbox.process.pid, signal.SIGKILL)
@@ -69,14 +77,16 @@ class Spawner:
             with contextlib.suppress(ConnectionError):  # it died while waiting: the error pipe says so below
                 await process.stdin.drain()
             process.stdin.close()
-            error = await asyncio.get_running_loop().run_in_executor(None, os.read, sandbox.error_read, 4096)
+            said = await asyncio.get_running_loop().run_in_executor(None, _read_to_end, sandbox.error_read)
         finally:
             os.close(sandbox.error_read)
+        # Whether the process has exited by now says nothing: a short container may be done already.
+        if not said.startswith(SPEC_TAKEN):  # it died before it read its spec (killed while waiting)
+            return process, f"the sandbox process exited with {await process.wait()} before running the container"
+        error = said[len(SPEC_TAKEN):].decode(errors="replace")
         if error:
             await process.wait()
-        elif process.returncode is not None:  # killed before it read its spec: no word on the error pipe
-            error = f"the sandbox process exited with {process.returncode} before running the container".encode()
-        return process, error.decode(errors="replace")
+        return process, error
 
     async def _take(self) -> Sandbox:
         waiting, self._waiting = self._waiting, None
