@@ -50,7 +50,7 @@ class Provisioner:
         # PVC uids provisioned or being provisioned: watch events can be older than our own writes.
         self._claimed: set[str] = set()
         self._waiting_reported: set[str] = set()
-        self._lock = asyncio.Lock()  # host changes one at a time: losetup --find races with itself
+        self._lock = asyncio.Lock()  # host changes one at a time: finding a free loop device races with itself
 
     async def run(self, synced: asyncio.Event | None = None) -> None:
         await hostvolumes.release_leftovers(self.workdir)
