@@ -67,12 +67,11 @@ async def attach_loop(backing: Path) -> str:
 def _attach_loop(backing: Path) -> str:
     backing_fd = os.open(backing, os.O_RDWR | os.O_CLOEXEC)
     try:
+        config = _LOOP_CONFIG.pack(backing_fd, 0, *[0] * 9, str(backing).encode()[:63], b"", b"", *[0] * 10)
         control = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
         try:
             for _ in range(16):  # another program may take the free device between our two calls
                 device = f"/dev/loop{fcntl.ioctl(control, _LOOP_CTL_GET_FREE)}"
-                config = _LOOP_CONFIG.pack(backing_fd, 0, *[0] * 9, str(backing).encode()[:63], b"", b"",
-                                           *[0] * 10)
                 device_fd = os.open(device, os.O_RDWR | os.O_CLOEXEC)
                 try:
                     fcntl.ioctl(device_fd, _LOOP_CONFIGURE, config)
