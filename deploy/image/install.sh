@@ -6,7 +6,7 @@ src=$1
 prefix=$2
 export DEBIAN_FRONTEND=noninteractive
 missing=""
-for p in python3 python3-venv qemu-utils ca-certificates; do
+for p in python3 python3-venv qemu-utils ca-certificates openssl; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
 done
 if [ -n "$missing" ]; then

@@ -10,13 +10,18 @@ from importer.metrics import ProgressMetric
 from importer.progress import Progress
 
 
-def test_progress_metric_is_served_over_https_and_never_decreases():
-    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+def _served(owner_uid: str) -> tuple[ProgressMetric, int]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    metric = ProgressMetric("0d2c5b7e-uid")
+    metric = ProgressMetric(owner_uid)
     metric.serve(port, addr="127.0.0.1")
+    return metric, port
+
+
+def test_progress_metric_is_served_over_https_and_never_decreases():
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    metric, port = _served("0d2c5b7e-uid")
     progress = Progress([metric], min_interval=0)
     pattern = re.compile(r'kubevirt_cdi_import_progress_total\{ownerUID="0d2c5b7e-uid"\} (\d{1,3}\.?\d*)')
 
@@ -32,3 +37,13 @@ def test_progress_metric_is_served_over_https_and_never_decreases():
     assert 44.9 < scrape() < 45.1
     progress.complete()
     assert scrape() == 100.0
+
+
+def test_a_client_that_never_says_hello_does_not_stop_the_scrapes():
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    metric, port = _served("uid-9")
+    Progress([metric], min_interval=0).transferred(7, 10)
+    with socket.create_connection(("127.0.0.1", port)):  # connected, silent: no TLS hello
+        answer = requests.get(f"https://127.0.0.1:{port}/metrics", verify=False, timeout=5)
+        assert answer.status_code == 200 and 'kubevirt_cdi_import_progress_total{ownerUID="uid-9"} 70.0' in answer.text
+        assert requests.get(f"https://127.0.0.1:{port}/other", verify=False, timeout=5).status_code == 404
