@@ -46,7 +46,10 @@ PROGRESS_INTERVAL = 2.0
 # Reconciles wait on the API server far more than they compute: a few threads keep it busy, and kopf's own
 # executor stays free for the admission webhook, whose caller times out.
 RECONCILE_WORKERS = 4
-CLUSTER_CONFIG_TTL = 1.0  # seconds a reconcile may use CDIConfig, StorageClasses and StorageProfiles read before
+# Seconds a reconcile may use CDIConfig, StorageClasses and StorageProfiles read before. Each is watched and any
+# change of theirs forgets them at once, so this only bounds a missed event; at 1 s, a DataVolume created after a
+# pause paid three reads before its PVC could be made.
+CLUSTER_CONFIG_TTL = 60.0
 
 DATAVOLUME, UPLOAD_CLAIM = "DataVolume", "upload PVC"
 _CLAIM, _POD = "PersistentVolumeClaim", "Pod"  # kinds, as _latest keys them
@@ -286,9 +289,9 @@ def _own_upload_secret(pvc: Obj, pod: Obj, signers: upload.Signers, *, lifetimes
 
 def _mirror_pod(pvc: Obj, pod: Obj, pod_path: str, *, config: Obj | None, later: Later,
                 annotate: dict[str, str] | None = None) -> Obj:
-    """The worker pod's state into its PVC's annotations, and a pod that is done deleted (before the DataVolume says
-    it is done, so nothing of it shows then); the PVC's events go to ``later``: after the DataVolume's status,
-    which its user waits for."""
+    """The worker pod's state into its PVC's annotations; the deletion of a pod that is done and the PVC's events go
+    to ``later``: after the DataVolume's status, which its user waits for (as in CDI, where the import controller
+    deletes the pod and the DataVolume controller writes the status, neither waiting for the other)."""
     k = kube()
     pvc_path = _core("persistentvolumeclaims", namespace=meta(pvc).get("namespace", ""),
                      name=meta(pvc).get("name", ""))
@@ -301,7 +304,7 @@ def _mirror_pod(pvc: Obj, pod: Obj, pod_path: str, *, config: Obj | None, later:
             patch["metadata"]["labels"] = update.labels
         pvc = _written(k.patch(pvc_path, patch)) or pvc
     if update.delete_pod:
-        k.delete(pod_path)
+        later.append(lambda: k.delete(pod_path))
     mirrored = pvc
     later.append(lambda: _post_events(mirrored, update.events))
     return pvc
@@ -466,15 +469,24 @@ def reconcile_cluster_config() -> None:
 
 
 @kopf.on.event("storage.k8s.io", "v1", "storageclasses")
-def storage_class_changed(**_: Any) -> None:
-    reconcile_cluster_config()
-    _recent.forget()  # after: what reconciles read next includes the status just written
+async def storage_class_changed(**_: Any) -> None:
+    await _cluster_config_changed()
 
 
 @kopf.on.event(names.GROUP, names.VERSION, names.CDICONFIGS)
-def config_changed(**_: Any) -> None:
-    reconcile_cluster_config()
-    _recent.forget()
+async def config_changed(**_: Any) -> None:
+    await _cluster_config_changed()
+
+
+async def _cluster_config_changed() -> None:
+    _recent.forget()  # at once: a DataVolume created right after the change must not be rendered with the old one
+    await asyncio.to_thread(reconcile_cluster_config)
+    _recent.forget()  # again: what reconciles read next includes the status just written
+
+
+@kopf.on.event(names.GROUP, names.VERSION, names.STORAGEPROFILES)
+async def storage_profile_changed(**_: Any) -> None:
+    _recent.forget()  # a user's claimPropertySets apply to the next DataVolume
 
 
 class _NothingToDiff(kopf.AnnotationsDiffBaseStorage):
@@ -520,5 +532,8 @@ def main() -> None:
     # kopf logs "Handler ... succeeded." at INFO for every watch event it hands over: 30 lines per DataVolume,
     # which say nothing. Its warnings and errors (a handler that failed) still show.
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    # A line per admission review, formatted on the loop while the API server waits for the answer: a tenth
+    # of the webhook's time.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     kopf.run(clusterwide=True, standalone=True)
 

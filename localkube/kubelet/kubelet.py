@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import platform
 import random
@@ -24,6 +25,8 @@ from . import podspec
 from .images import ImageMap
 from .pod import Container, PodWorker
 from .spawner import Spawner
+
+log = logging.getLogger(__name__)
 
 NODE_NAME = "localkube"
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
@@ -48,6 +51,9 @@ class Kubelet:
         # Per claim, so that a change wakes only the pods waiting for that claim: with every waiting pod woken
         # by every claim's change, 200 pods waiting on a busy provisioner made 100,000 requests.
         self._claim_changed: dict[tuple[str, str], asyncio.Event] = {}
+        # The claims as the watch last delivered them: a pod's claim, Bound before the pod was made, is not asked
+        # for again on the way to its start (each request here is one more for the loop the API server runs on).
+        self.claims: dict[tuple[str, str], Object] = {}
         # Pod IPs are 127.N.x.y with N random per kubelet, so two clusters on one machine rarely collide.
         self._subnet = random.randint(1, 254)
         self._next_ip = 0
@@ -103,7 +109,12 @@ class Kubelet:
         await self.client.patch(path("nodes", name=NODE_NAME, subresource="status"), {"status": status})
 
     async def _on_claim(self, kind: str, pvc: Object) -> None:
-        changed = self._claim_changed.pop((pvc["metadata"]["namespace"], pvc["metadata"]["name"]), None)
+        key = (pvc["metadata"]["namespace"], pvc["metadata"]["name"])
+        if kind == "DELETED":
+            self.claims.pop(key, None)
+        else:
+            self.claims[key] = pvc
+        changed = self._claim_changed.pop(key, None)
         if changed is not None:
             changed.set()
 
@@ -122,17 +133,23 @@ class Kubelet:
                 try:
                     await self.client.create(path("pods", namespace=worker.namespace, name=worker.name,
                                                   subresource="binding"), binding)
-                    await post_event(self.client, worker.pod, kind="Pod", reason="Scheduled", component="scheduler",
-                                     message=f"Successfully assigned {worker.namespace}/{worker.name} to {NODE_NAME}")
                 except APIError as exc:
                     if exc.code == 404:
                         return False
                     if exc.code != 409:  # bound already, by anyone
                         raise
-                current = await self.client.get_or_none(path("pods", namespace=worker.namespace, name=worker.name))
-                if current is None:
-                    return False
-                worker.pod = current
+                    current = await self.client.get_or_none(path("pods", namespace=worker.namespace,
+                                                                 name=worker.name))
+                    if current is None:
+                        return False
+                    worker.pod = current
+                    continue
+                # Bound here: the pod is ours to start now, and the watch brings the bound pod soon. The event is
+                # for people and nothing waits for it.
+                worker.pod = {**worker.pod, "spec": {**worker.pod["spec"], "nodeName": NODE_NAME}}
+                self._in_background(post_event(
+                    self.client, worker.pod, kind="Pod", reason="Scheduled", component="scheduler",
+                    message=f"Successfully assigned {worker.namespace}/{worker.name} to {NODE_NAME}"))
                 continue
             worker.unschedulable(problem)
             waits = [asyncio.ensure_future(change.wait()) for change in changes]
@@ -150,7 +167,7 @@ class Kubelet:
             if "persistentVolumeClaim" not in volume:
                 continue
             claim = volume["persistentVolumeClaim"]["claimName"]
-            pvc = await self.client.get_or_none(path("persistentvolumeclaims", namespace=namespace, name=claim))
+            pvc = await self.bound_claim(namespace, claim)
             if pvc is None:
                 return f'persistentvolumeclaim "{claim}" not found'
             if pvc.get("status", {}).get("phase") == "Bound":
@@ -164,6 +181,13 @@ class Kubelet:
                                         {"metadata": {"annotations": {SELECTED_NODE: NODE_NAME}}})
             return f'waiting for persistentvolumeclaim "{claim}" to be bound'
         return None
+
+    async def bound_claim(self, namespace: str, name: str) -> Object | None:
+        """The claim, from the watch when it shows it Bound (binding does not go back), else from the API server."""
+        seen = self.claims.get((namespace, name))
+        if seen is not None and seen.get("status", {}).get("phase") == "Bound" and seen["spec"].get("volumeName"):
+            return seen
+        return await self.client.get_or_none(path("persistentvolumeclaims", namespace=namespace, name=name))
 
     # -- pods -------------------------------------------------------------------------------------------------
 
@@ -198,7 +222,12 @@ class Kubelet:
     def _in_background(self, work: asyncio.Future[None] | asyncio.Task[None] | object) -> None:
         task = asyncio.ensure_future(work)  # type: ignore[arg-type]
         self._stopping.add(task)
-        task.add_done_callback(self._stopping.discard)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Future[None]) -> None:
+        self._stopping.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("kubelet: background work failed: %s", task.exception())
 
     # -- logs (the API server's log provider) -----------------------------------------------------------------
 

@@ -81,6 +81,7 @@ class PodWorker:
         self.changed = asyncio.Event()  # wakes the status writer
         self.first_start = asyncio.Event()  # the first container has started, or could not
         self.published: Object | None = None  # the status last written
+        self._publishing = asyncio.Lock()  # status writes one at a time, in the order they were asked for
         self.task: asyncio.Task[None] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------------------
@@ -287,8 +288,7 @@ class PodWorker:
         own = self.dir / "volumes" / name
         if "persistentVolumeClaim" in volume:
             claim = volume["persistentVolumeClaim"]["claimName"]
-            pvc = await self.kubelet.client.get_or_none(path("persistentvolumeclaims", namespace=self.namespace,
-                                                             name=claim))
+            pvc = await self.kubelet.bound_claim(self.namespace, claim)
             volume_name = (pvc or {}).get("spec", {}).get("volumeName")
             if not volume_name:
                 raise podspec.ConfigError(f'persistentvolumeclaim "{claim}" is not bound')
@@ -423,16 +423,17 @@ class PodWorker:
     async def publish(self) -> None:
         """Writes the status unless it is the one last written: the writer and the pod's end (or its
         termination) may both try to send the final one, and each write wakes every watcher of pods."""
-        status = self.status()
-        if status == self.published:
-            return
-        try:
-            await self.kubelet.client.patch(path("pods", namespace=self.namespace, name=self.name,
-                                                 subresource="status"), {"status": status})
-        except APIError as exc:
-            if exc.code != 404:  # a deleted pod has no status to write
-                raise
-        self.published = status
+        async with self._publishing:
+            status = self.status()
+            if status == self.published:
+                return
+            try:
+                await self.kubelet.client.patch(path("pods", namespace=self.namespace, name=self.name,
+                                                     subresource="status"), {"status": status})
+            except APIError as exc:
+                if exc.code != 404:  # a deleted pod has no status to write
+                    raise
+            self.published = status
 
     async def _write_status(self) -> None:
         """One writer per pod, so status patches never interleave; changes made meanwhile are coalesced.
@@ -448,7 +449,9 @@ class PodWorker:
                     await asyncio.wait_for(self.first_start.wait(), START_GRACE)
             self.changed.clear()
             try:
-                await self.publish()
+                # Shielded: the pod's end cancels the writer, often while it sends the very status the end
+                # would send. Cut off, that write was lost and sent again on a new connection, 5 ms later.
+                await asyncio.shield(self.publish())
             except (APIError, aiohttp.ClientError) as exc:
                 log.warning("pod %s/%s: status update failed: %s", self.namespace, self.name, exc)
                 self.changed.set()

@@ -16,6 +16,7 @@ policy Delete (Retain: the PV becomes Released); a deleted PV's file, mount and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,16 +52,32 @@ class Provisioner:
         self._claimed: set[str] = set()
         self._waiting_reported: set[str] = set()
         self._lock = asyncio.Lock()  # host changes one at a time: finding a free loop device races with itself
+        self._classes: dict[str, Object] = {}  # StorageClasses as their watch last delivered them
 
     async def run(self, synced: asyncio.Event | None = None) -> None:
         await hostvolumes.release_leftovers(self.workdir)
         pv_synced = asyncio.Event()
         pvs = asyncio.create_task(self.client.inform(path("persistentvolumes"), self._on_pv, synced=pv_synced))
+        classes = asyncio.create_task(self.client.inform(path("storageclasses", group="storage.k8s.io"),
+                                                         self._on_class))
         try:
             await pv_synced.wait()
             await self.client.inform(path("persistentvolumeclaims"), self._on_pvc, synced=synced)
         finally:
             pvs.cancel()
+            classes.cancel()
+
+    async def _on_class(self, kind: str, sc: Object) -> None:
+        if kind == "DELETED":
+            self._classes.pop(sc["metadata"]["name"], None)
+        else:
+            self._classes[sc["metadata"]["name"]] = sc
+
+    async def _storage_class(self, name: str) -> Object | None:
+        """From the watch, or asked for when the claim came first: a class's provisioner and binding mode never
+        change, and every claim read it afresh on the way to its Bound."""
+        return self._classes.get(name) or await self.client.get_or_none(
+            path("storageclasses", group="storage.k8s.io", name=name))
 
     async def shutdown(self) -> None:
         """Releases every volume this provisioner made (the objects die with the in-memory API server)."""
@@ -87,31 +104,38 @@ class Provisioner:
         if meta["uid"] in self._claimed:
             return
         sc_name = pvc["spec"].get("storageClassName")
-        sc = await self.client.get_or_none(path("storageclasses", group="storage.k8s.io", name=sc_name)) \
-            if sc_name else None
+        sc = await self._storage_class(sc_name) if sc_name else None
         if sc is None or sc.get("provisioner") != PROVISIONER:
             return
+        marked: asyncio.Future[Any] | None = None
         if any(meta.get("annotations", {}).get(key) != PROVISIONER for key in STORAGE_PROVISIONER):
-            # As the PV controller marks a claim for its provisioner (CDI reads this to pick its import path).
-            await self.client.patch(
+            # As the PV controller marks a claim for its provisioner (CDI reads this to pick its import path);
+            # the volume is made meanwhile, and the mark is there before the claim is Bound.
+            marked = asyncio.ensure_future(self.client.patch(
                 path("persistentvolumeclaims", namespace=meta["namespace"], name=meta["name"]),
-                {"metadata": {"annotations": {key: PROVISIONER for key in STORAGE_PROVISIONER}}})
-        if _populated_elsewhere(pvc):
-            return
-        if sc.get("volumeBindingMode") == "WaitForFirstConsumer" and SELECTED_NODE not in meta.get("annotations", {}):
-            if meta["uid"] not in self._waiting_reported:
-                self._waiting_reported.add(meta["uid"])
-                await self.event(pvc, "WaitForFirstConsumer",
-                                 "waiting for first consumer to be created before binding")
-            return
-        self._claimed.add(meta["uid"])
+                {"metadata": {"annotations": {key: PROVISIONER for key in STORAGE_PROVISIONER}}}))
         try:
-            await self._provision(pvc, sc)
-        except (ValueError, hostvolumes.HostError, APIError) as exc:
-            self._claimed.discard(meta["uid"])  # the claim's next change tries again
-            await self.event(pvc, "ProvisioningFailed", str(exc), warning=True)
+            if _populated_elsewhere(pvc):
+                return
+            if (sc.get("volumeBindingMode") == "WaitForFirstConsumer"
+                    and SELECTED_NODE not in meta.get("annotations", {})):
+                if meta["uid"] not in self._waiting_reported:
+                    self._waiting_reported.add(meta["uid"])
+                    await self.event(pvc, "WaitForFirstConsumer",
+                                     "waiting for first consumer to be created before binding")
+                return
+            self._claimed.add(meta["uid"])
+            try:
+                await self._provision(pvc, sc, marked=marked)
+            except (ValueError, hostvolumes.HostError, APIError) as exc:
+                self._claimed.discard(meta["uid"])  # the claim's next change tries again
+                await self.event(pvc, "ProvisioningFailed", str(exc), warning=True)
+        finally:
+            if marked is not None:
+                with contextlib.suppress(APIError):  # the claim is gone; a provisioning it failed has said so
+                    await marked
 
-    async def _provision(self, pvc: Object, sc: Object) -> None:
+    async def _provision(self, pvc: Object, sc: Object, *, marked: asyncio.Future[Any] | None) -> None:
         meta, spec = pvc["metadata"], pvc["spec"]
         requested = spec.get("resources", {}).get("requests", {}).get("storage")
         if requested is None:
@@ -146,17 +170,21 @@ class Provisioner:
             if exc.code != 409:
                 raise
             pv = await self.client.get(path("persistentvolumes", name=name))
+        if marked is not None:
+            await marked
         await self._bind(pvc, pv)  # before the event, which nothing waits for: the claim's user waits for Bound
         await self.event(pvc, "ProvisioningSucceeded", f"Successfully provisioned volume {name}")
 
     async def _bind(self, pvc: Object, pv: Object) -> None:
         meta = pvc["metadata"]
         pv_name = pv["metadata"]["name"]
-        await self.client.patch(path("persistentvolumes", name=pv_name, subresource="status"),
-                                {"status": {"phase": "Bound"}})
-        await self.client.patch(path("persistentvolumeclaims", namespace=meta["namespace"], name=meta["name"]), {
-            "metadata": {"annotations": {BIND_COMPLETED: "yes", "pv.kubernetes.io/bound-by-controller": "yes"}},
-            "spec": {"volumeName": pv_name}})
+        # The claim's Bound comes last, when its volumeName and the volume's Bound are there to be read.
+        await asyncio.gather(
+            self.client.patch(path("persistentvolumes", name=pv_name, subresource="status"),
+                              {"status": {"phase": "Bound"}}),
+            self.client.patch(path("persistentvolumeclaims", namespace=meta["namespace"], name=meta["name"]), {
+                "metadata": {"annotations": {BIND_COMPLETED: "yes", "pv.kubernetes.io/bound-by-controller": "yes"}},
+                "spec": {"volumeName": pv_name}}))
         await self.client.patch(
             path("persistentvolumeclaims", namespace=meta["namespace"], name=meta["name"], subresource="status"),
             {"status": {"phase": "Bound", "capacity": pv["spec"]["capacity"],
