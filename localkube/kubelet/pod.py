@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import aiohttp
 
 from ..client import APIError, Object, now, path, post_event
+from ..storage import hostvolumes
+from ..storage.provisioner import BACKING_FILE
 from . import podspec
 from .images import CannotRun, container_argv
 
@@ -296,6 +298,14 @@ class PodWorker:
             source = pv["spec"].get("hostPath", {}).get("path") or pv["spec"].get("local", {}).get("path")
             if not source:
                 raise podspec.ConfigError(f"persistentvolume {volume_name} has no hostPath or local path")
+            backing = (pv["metadata"].get("annotations") or {}).get(BACKING_FILE)
+            if backing and pv["spec"].get("volumeMode") != "Block":  # made here: its filesystem may be on its way
+                try:
+                    await hostvolumes.staged(Path(backing))
+                except FileNotFoundError:
+                    raise podspec.ConfigError(f"persistentvolume {volume_name}: its backing file is gone") from None
+                if not os.path.ismount(source):
+                    raise podspec.ConfigError(f"persistentvolume {volume_name}: its filesystem could not be made")
             if Path(source).is_dir():
                 _give_group(Path(source), fs_group)
             return str(source)

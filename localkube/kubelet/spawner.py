@@ -45,12 +45,32 @@ async def _start() -> Sandbox:
     return Sandbox(process, read_end)
 
 
-def _read_to_end(fd: int) -> bytes:
-    """All the sandbox says on its error pipe: it ends when the sandbox execs its container or exits."""
-    said = b""
-    while part := os.read(fd, 4096):
-        said += part
-    return said
+async def _read_to_end(fd: int) -> bytes:
+    """All the sandbox says on its error pipe: it ends when the sandbox execs its container or exits.
+
+    Read by the event loop as the pipe becomes readable, not by a thread blocked on it: a thread's answer waited
+    for the interpreter lock while the loop was busy (up to its 5 ms switch interval), on every container start.
+    """
+    loop = asyncio.get_running_loop()
+    said = bytearray()
+    ended: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        try:
+            while part := os.read(fd, 4096):
+                said.extend(part)
+        except BlockingIOError:
+            return
+        if not ended.done():
+            ended.set_result(None)
+
+    os.set_blocking(fd, False)
+    loop.add_reader(fd, readable)
+    try:
+        await ended
+    finally:
+        loop.remove_reader(fd)
+    return bytes(said)
 
 
 async def _discard(sandbox: Sandbox) -> None:
@@ -77,7 +97,7 @@ class Spawner:
             with contextlib.suppress(ConnectionError):  # it died while waiting: the error pipe says so below
                 await process.stdin.drain()
             process.stdin.close()
-            said = await asyncio.get_running_loop().run_in_executor(None, _read_to_end, sandbox.error_read)
+            said = await _read_to_end(sandbox.error_read)
         finally:
             os.close(sandbox.error_read)
         # Whether the process has exited by now says nothing: a short container may be done already.

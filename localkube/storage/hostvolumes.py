@@ -60,11 +60,9 @@ _LOOP_CTL_GET_FREE, _LOOP_CONFIGURE, _LOOP_CLR_FD = 0x4C82, 0x4C0A, 0x4C01
 _LOOP_CONFIG = struct.Struct("=II5Q4I64s64s32s2Q8Q")
 
 
-async def attach_loop(backing: Path) -> str:
-    return await asyncio.to_thread(_attach_loop, backing)
-
-
-def _attach_loop(backing: Path) -> str:
+def attach_loop(backing: Path) -> str:
+    """The loop device now attached to backing. On the caller's thread: the two ioctls take 0.1 ms, and a
+    thread's answer waited up to 5 ms for the interpreter lock while the event loop was busy."""
     backing_fd = os.open(backing, os.O_RDWR | os.O_CLOEXEC)
     try:
         config = _LOOP_CONFIG.pack(backing_fd, 0, *[0] * 9, str(backing).encode()[:63], b"", b"", *[0] * 10)
@@ -112,6 +110,29 @@ MKFS_EXT4 = ("mkfs.ext4", "-q", "-F", "-E", "nodiscard,assume_storage_prezeroed=
 
 async def make_ext4(device: str) -> None:
     await run(*MKFS_EXT4, device)
+
+
+# A volume is bound while its filesystem is still being made: the provisioner holds an exclusive lock on the
+# backing file until the filesystem is mounted, and the kubelet takes a shared one before a pod may use it, as a
+# CSI node plugin formats at staging. Making ext4 took 10 to 14 ms on the way to every Filesystem claim's Bound;
+# now it runs while the claim's user makes its pod and the pod is scheduled.
+def lock_for_staging(backing: Path) -> int:
+    """The exclusive lock on a backing file (its descriptor, closed once staging is over)."""
+    fd = os.open(backing, os.O_RDONLY | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+async def staged(backing: Path) -> None:
+    """Returns once no staging of the backing file is under way."""
+    fd = os.open(backing, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_SH)
+    finally:
+        os.close(fd)
 
 
 # Mounts are made and removed with the system calls, not mount(8) and umount(8): those took 4.4 and 2 ms (a

@@ -4,7 +4,9 @@ For a PVC of a StorageClass whose `provisioner` is PROVISIONER it makes a PV `pv
 file `<workdir>/pvc-<uid>.img` of the requested size and binds the two. Filesystem volumes are ext4 on a loop
 device, mounted at `<workdir>/pvc-<uid>/` (so free space is real); Block volumes are the loop device itself.
 The PV says where in `spec.hostPath`: `type: Directory` with the mount dir, or `type: BlockDevice` with the
-device; the kubelet reads it from there.
+device; the kubelet reads it from there. A Filesystem claim is bound as soon as its loop device is attached: its
+ext4 is made and mounted meanwhile, and the kubelet waits for that before a pod uses the volume
+(hostvolumes.staged). If it fails, the claim has a ProvisioningFailed event and its pods a FailedMount one.
 
 WaitForFirstConsumer classes: the PVC stays Pending (event WaitForFirstConsumer) until the scheduler sets
 `volume.kubernetes.io/selected-node`. PVCs with a `dataSourceRef` to a populator's kind are left alone, as the
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,7 @@ class Backing:
     file: Path
     device: str
     mount: Path | None  # None for Block volumes
+    staging: asyncio.Task[None] | None = None  # the filesystem being made and mounted (hostvolumes.staged)
 
 
 class Provisioner:
@@ -144,7 +148,7 @@ class Provisioner:
         name = f"pvc-{meta['uid']}"
         block = spec.get("volumeMode") == "Block"
         if name not in self._backings:
-            self._backings[name] = await self._make_backing(name, size, block=block)
+            self._backings[name] = await self._make_backing(name, size, block=block, pvc=pvc)
         backing = self._backings[name]
         pv = {
             "apiVersion": "v1", "kind": "PersistentVolume",
@@ -224,26 +228,38 @@ class Provisioner:
                 and pvc["spec"].get("volumeName") in (None, "", name)):
             await self._bind(pvc, pv)
 
-    async def _make_backing(self, name: str, size: int, *, block: bool) -> Backing:
+    async def _make_backing(self, name: str, size: int, *, block: bool, pvc: Object) -> Backing:
+        """The loop device now; for a Filesystem volume, its ext4 made and mounted meanwhile (hostvolumes.staged)."""
         backing_file = self.workdir / f"{name}.img"
         async with self._lock:
             hostvolumes.make_sparse_file(backing_file, size)
-            device = await hostvolumes.attach_loop(backing_file)
-            if block:
-                return Backing(backing_file, device, None)
-            try:
+            device = hostvolumes.attach_loop(backing_file)
+        if block:
+            return Backing(backing_file, device, None)
+        mount = self.workdir / name
+        mount.mkdir(parents=True, exist_ok=True)
+        lock = hostvolumes.lock_for_staging(backing_file)  # before the volume is seen: the kubelet waits for it
+        return Backing(backing_file, device, mount, asyncio.ensure_future(self._stage(device, mount, lock, pvc)))
+
+    async def _stage(self, device: str, mount: Path, lock: int, pvc: Object) -> None:
+        try:
+            async with self._lock:
                 await hostvolumes.make_ext4(device)
-                await hostvolumes.mount(device, self.workdir / name)
-            except hostvolumes.HostError:
-                await hostvolumes.detach_loop(device)
-                raise
-            return Backing(backing_file, device, self.workdir / name)
+                await hostvolumes.mount(device, mount)
+        except hostvolumes.HostError as exc:  # the kubelet finds nothing mounted and says so on the pod
+            with contextlib.suppress(APIError):
+                await self.event(pvc, "ProvisioningFailed", str(exc), warning=True)
+        finally:
+            os.close(lock)
 
     async def _release(self, name: str) -> None:
         backing = self._backings.pop(name)
+        if backing.staging is not None:
+            await asyncio.wait([backing.staging])
         async with self._lock:
             if backing.mount is not None:
-                await hostvolumes.unmount(backing.mount)
+                if os.path.ismount(backing.mount):
+                    await hostvolumes.unmount(backing.mount)
                 backing.mount.rmdir()
             await hostvolumes.detach_loop(backing.device)
             backing.file.unlink(missing_ok=True)

@@ -3,6 +3,7 @@ through the backing files; Immediate and WaitForFirstConsumer binding; reclaim o
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from localkube.cluster import Cluster
-from localkube.storage import parse_quantity
+from localkube.storage import hostvolumes, parse_quantity
 from tests.fixtures.localkube_cluster import (ClusterAPI, claim_volume, pod_manifest, pvc_manifest,
                                               wait_for)
 
@@ -120,7 +121,7 @@ def test_deleting_a_claim_removes_volume_mount_loop_device_and_file(localkube_cl
     pvs = [bound_pv(cluster_api, "fs"), bound_pv(cluster_api, "blk")]
     mount_dir = Path(pvs[0]["spec"]["hostPath"]["path"])
     device = pvs[1]["spec"]["hostPath"]["path"]
-    assert str(mount_dir) in Path("/proc/self/mountinfo").read_text()
+    wait_for(lambda: str(mount_dir) in Path("/proc/self/mountinfo").read_text(), what="ext4 mounted after Bound")
     assert str(backing_file(pvs[1])) in subprocess.run(["losetup", device], capture_output=True, text=True).stdout
 
     cluster_kubectl("delete", "pvc", "fs", "blk")
@@ -212,3 +213,54 @@ def test_populator_claims_wait_and_a_moved_claim_ref_binds_the_target(localkube_
     assert cluster_api.wait_phase("user", "Succeeded", "Failed")["status"]["phase"] == "Succeeded"
     assert cluster_api.get(f"/api/v1/persistentvolumes/{pv['metadata']['name']}") is not None
     assert backing_file(pv).exists()
+
+
+@pytest.mark.root
+def test_a_claim_is_bound_while_its_filesystem_is_made_and_pods_wait_for_it(
+        localkube_cluster: Cluster, cluster_api: ClusterAPI, cluster_kubectl: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """mkfs runs after the claim is Bound, while its pod is made and scheduled; a pod that gets there first must
+    write into the new filesystem, not into the directory it is about to be mounted on. mkfs is too quick to
+    catch in between, so a delay is added to it here (the one fake in this file)."""
+    real = hostvolumes.make_ext4
+
+    async def slow(device: str) -> None:
+        await asyncio.sleep(1)
+        await real(device)
+
+    monkeypatch.setattr(hostvolumes, "make_ext4", slow)
+    cluster_kubectl("create", "-f", "-", objects=[pvc_manifest("slow"), pod_manifest(
+        "early", "echo early > /data/x", volumes=[claim_volume("d", "slow")],
+        volumeMounts=[{"name": "d", "mountPath": "/data"}])])
+    mount_dir = Path(bound_pv(cluster_api, "slow")["spec"]["hostPath"]["path"])
+    assert not os.path.ismount(mount_dir)  # Bound, its filesystem still on its way
+    assert cluster_api.wait_phase("early", "Succeeded", "Failed")["status"]["phase"] == "Succeeded"
+    assert os.path.ismount(mount_dir) and (mount_dir / "x").read_text() == "early\n"
+
+
+@pytest.mark.root
+def test_a_filesystem_that_cannot_be_made_is_said_on_the_claim_and_the_pod(
+        localkube_cluster: Cluster, cluster_api: ClusterAPI, cluster_kubectl: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failing mkfs (injected: a real one does not fail on a fresh loop device) leaves the pod Pending with
+    FailedMount, never running on the bare directory; deleting the claim still cleans up."""
+    async def failing(device: str) -> None:
+        raise hostvolumes.HostError(f"mkfs.ext4 {device} failed (1): injected")
+
+    monkeypatch.setattr(hostvolumes, "make_ext4", failing)
+    cluster_kubectl("create", "-f", "-", objects=[pvc_manifest("broken"), pod_manifest(
+        "waits", "echo ran > /data/x", volumes=[claim_volume("d", "broken")],
+        volumeMounts=[{"name": "d", "mountPath": "/data"}])])
+    pv = bound_pv(cluster_api, "broken")
+
+    def said(reason: str, name: str) -> str | None:
+        return next((e["message"] for e in cluster_api.events()
+                     if e["reason"] == reason and e["involvedObject"]["name"] == name), None)
+
+    assert "injected" in wait_for(lambda: said("ProvisioningFailed", "broken"), what="ProvisioningFailed")
+    assert "its filesystem could not be made" in wait_for(lambda: said("FailedMount", "waits"), what="FailedMount")
+    assert cluster_api.pod("waits")["status"]["phase"] == "Pending"
+    cluster_kubectl("delete", "pod", "waits", "--grace-period=0")
+    cluster_kubectl("delete", "pvc", "broken")
+    wait_for(lambda: not backing_file(pv).exists(), what="backing file removed")
+    assert not Path(pv["spec"]["hostPath"]["path"]).exists()
