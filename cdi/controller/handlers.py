@@ -134,8 +134,13 @@ def _post_events(involved: Obj, events: list[Event]) -> None:
 
 
 def _read(kind: str, url_path: str, *, namespace: str, name: str) -> Obj | None:
-    """The watches' latest version of a DataVolume, PVC or worker pod, else the API server's."""
-    return _latest.get(kind, namespace, name) or kube().get(url_path)
+    """The watches' latest version of a DataVolume, PVC or worker pod, else the API server's (None: known absent)."""
+    obj = _latest.get(kind, namespace, name)
+    if obj is not None or _latest.absent(kind, namespace, name):
+        return obj
+    obj = kube().get(url_path)
+    _latest.fetched(kind, namespace, name, obj)
+    return obj
 
 
 def _written(obj: Obj | None) -> Obj | None:
@@ -175,8 +180,12 @@ def reconcile_datavolume(namespace: str, name: str) -> None:
         except ClaimNotValid as error:
             claim_error = Event(WARNING, names.EVENT_ERR_CLAIM_NOT_VALID, str(error))
         else:
-            pvc = _written(k.create(_core("persistentvolumeclaims", namespace=namespace), body)) or k.get(pvc_path)
-    elif action is ClaimAction.ADOPT:
+            pvc = _written(k.create(_core("persistentvolumeclaims", namespace=namespace), body))
+            if pvc is None:  # someone made one since we looked: what becomes of it is decided with it
+                pvc = k.get(pvc_path)
+                _latest.fetched(_CLAIM, namespace, name, pvc)
+                action = claim_action(dv, pvc, feature_gates=gates)
+    if action is ClaimAction.ADOPT:
         pvc = _written(k.patch(pvc_path, adopted_pvc_patch(dv, pvc)))
         if pvc and annotations(pvc).get(names.ANN_POPULATED_FOR) == name:
             dv = _written(k.patch(_cdi(names.DATAVOLUMES, namespace=namespace, name=name),
@@ -219,9 +228,13 @@ def _sync_importer(pvc: Obj, *, config: Obj | None, config_status: Obj, gates: l
     # Not wanted and never annotated: no pod was made for it. A pod is annotated in the PVC right after it is
     # made, with its first state (one write, not two); a controller stopped in between finds the pod again,
     # as a PVC bound and not yet done still wants one.
-    if not wanted and names.ANN_IMPORT_POD_NAME not in annotations(pvc):
-        return pvc, None
-    pod = _read(_POD, pod_path, namespace=namespace, name=pod_name(pvc))
+    if names.ANN_IMPORT_POD_NAME not in annotations(pvc):
+        if not wanted:
+            return pvc, None
+        # Never made, or made by a controller stopped before it could annotate: creating it answers 409 then.
+        pod = _latest.get(_POD, namespace, pod_name(pvc))
+    else:
+        pod = _read(_POD, pod_path, namespace=namespace, name=pod_name(pvc))
     if pod is None:
         if not wanted:
             return pvc, None
@@ -424,8 +437,9 @@ def validate(body: kopf.Body, old: kopf.Body | None, operation: str, **_: Any) -
     dv = dict(body)
     existing = None
     if operation == "CREATE" and meta(dv).get("name"):
-        existing = kube().get(_core("persistentvolumeclaims", namespace=meta(dv).get("namespace"),
-                                    name=meta(dv)["name"]))
+        namespace, name = meta(dv).get("namespace", ""), meta(dv)["name"]
+        existing = kube().get(_core("persistentvolumeclaims", namespace=namespace, name=name))
+        _latest.fetched(_CLAIM, namespace, name, existing)  # the DataVolume's first reconcile needs not ask again
     try:
         validate_datavolume(dv, old=dict(old) if operation == "UPDATE" and old else None, existing_pvc=existing,
                             feature_gates=_gates(_recent.get("config", _config)))

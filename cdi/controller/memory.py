@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from cdi.api.spec import Obj, meta
 
 T = TypeVar("T")
+
+ABSENT_KEPT = 10_000  # absences remembered (oldest forgotten first): a forgotten one only costs a GET
 
 
 class Recent:
@@ -76,35 +79,65 @@ class Latest:
     The controller's own writes go in too (:meth:`wrote`), or a reconcile reading before their echo arrived
     would see the object as it was before and act again (a status transition posted twice); so a version never
     replaces a newer one, resourceVersions compared as the numbers etcd and localkube make them. A miss is no
-    answer (not watched, not delivered yet, or deleted): the caller asks the API server. Only watch events add an
-    object, so a write that raced the object's deletion cannot bring it back. An object is as fresh as the watch
-    that selects it: a PVC or pod stripped of the labels the controller watches for is no longer followed,
-    here as by the handlers.
+    answer (not watched, not delivered yet): the caller asks the API server. Only watch events add an object, so
+    a write that raced the object's deletion cannot bring it back. An object is as fresh as the watch that
+    selects it: a PVC or pod stripped of the labels the controller watches for is no longer followed, here as by
+    the handlers.
+
+    Absence is remembered too (:meth:`absent`): a deletion the watch delivered, or a GET that found nothing,
+    until the object is seen or written again. Every DataVolume's first reconcile asked for its PVC and then for
+    its importer pod, and its last one for the pod just deleted, three GETs answered 404. An object made since by
+    someone the watches do not follow (a user's unlabelled PVC) is learnt when creating it answers 409.
     """
 
     def __init__(self) -> None:
         self._objects: dict[tuple[str, str, str], Obj] = {}
+        self._absent: OrderedDict[tuple[str, str, str], None] = OrderedDict()  # oldest first, at most ABSENT_KEPT
         self._lock = threading.Lock()  # watch events arrive on the event loop, writes on reconcile threads
 
     def get(self, kind: str, namespace: str, name: str) -> Obj | None:
         with self._lock:
             return self._objects.get((kind, namespace, name))
 
+    def absent(self, kind: str, namespace: str, name: str) -> bool:
+        with self._lock:
+            return (kind, namespace, name) in self._absent
+
     def saw(self, event_type: str | None, obj: Obj) -> None:
         key = _key(obj)
         with self._lock:
             if event_type == "DELETED":
                 self._objects.pop(key, None)
-            elif _newer(obj, self._objects.get(key)):
-                self._objects[key] = obj
+                self._gone(key)
+            else:
+                self._absent.pop(key, None)
+                if _newer(obj, self._objects.get(key)):
+                    self._objects[key] = obj
 
     def wrote(self, obj: Obj | None) -> None:
         if not obj:
             return
         key = _key(obj)
         with self._lock:
+            self._absent.pop(key, None)  # it was there to be written
             if key in self._objects and _newer(obj, self._objects[key]):
                 self._objects[key] = obj
+
+    def fetched(self, kind: str, namespace: str, name: str, obj: Obj | None) -> None:
+        """What a GET answered: None is remembered as absent; an object only ends that (the watch brings it)."""
+        key = (kind, namespace, name)
+        with self._lock:
+            if obj is None:
+                if key not in self._objects:  # a watch event came in between: it is newer than the GET
+                    self._gone(key)
+            else:
+                self._absent.pop(key, None)
+
+    def _gone(self, key: tuple[str, str, str]) -> None:
+        self._absent[key] = None
+        self._absent.move_to_end(key)
+        if len(self._absent) > ABSENT_KEPT:
+            self._absent.popitem(last=False)
 
 
 def _key(obj: Obj) -> tuple[str, str, str]:

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from cdi.controller import workqueue
+from cdi.controller import memory, workqueue
 from cdi.controller.memory import Latest, Recent, Seen
 from cdi.controller.workqueue import WorkQueue
 
@@ -163,3 +163,29 @@ def test_only_watch_events_bring_an_object_in():
     latest.saw("DELETED", named("p", "4"))
     latest.wrote(named("p", "4"))  # a write that raced the deletion does not bring it back
     assert latest.get("Pod", "ns", "p") is None
+
+
+def test_absence_is_remembered_until_the_object_is_seen_or_written():
+    latest = Latest()
+    assert not latest.absent("Pod", "ns", "p")  # never heard of: the caller asks the API server
+    latest.fetched("Pod", "ns", "p", None)  # a GET found nothing
+    assert latest.absent("Pod", "ns", "p") and not latest.absent("PersistentVolumeClaim", "ns", "p")
+    latest.saw("ADDED", named("p", "3"))
+    assert not latest.absent("Pod", "ns", "p") and latest.get("Pod", "ns", "p") is not None
+    latest.fetched("Pod", "ns", "p", None)  # a GET sent before the event it answered after: the event wins
+    assert not latest.absent("Pod", "ns", "p")
+    latest.saw("DELETED", named("p", "4"))
+    assert latest.absent("Pod", "ns", "p") and latest.get("Pod", "ns", "p") is None
+    latest.wrote(named("p", "5"))  # made again by us: no longer known absent, not known either
+    assert not latest.absent("Pod", "ns", "p") and latest.get("Pod", "ns", "p") is None
+    latest.fetched("Pod", "ns", "q", None)
+    latest.fetched("Pod", "ns", "q", named("q", "1"))  # found by a later GET (a user's, unwatched)
+    assert not latest.absent("Pod", "ns", "q")
+
+
+def test_absences_are_bounded(monkeypatch):
+    monkeypatch.setattr(memory, "ABSENT_KEPT", 3)
+    latest = Latest()
+    for name in "abcd":
+        latest.fetched("Pod", "ns", name, None)
+    assert [latest.absent("Pod", "ns", n) for n in "abcd"] == [False, True, True, True]  # the oldest forgotten
