@@ -203,8 +203,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--count", type=int, default=200, help="DataVolumes and bare pods (default 200)")
     parser.add_argument("--size", default="64Mi", help="size of each blank volume (default 64Mi)")
     parser.add_argument("--runs", type=int, default=3, help="runs of the blank volumes each way (median)")
-    parser.add_argument("--import-runs", type=int, default=9,
-                        help="runs of the qcow2 import each way (median; a run takes seconds, and its spread is wide)")
+    parser.add_argument("--import-runs", type=int, default=15,
+                        help="runs of the qcow2 import each way (median; a run takes a second, and the machine's "
+                             "load moved single runs by half a second: with 9, the ratio of the medians moved by 5 %% from one bench to the next)")
     add_work_options(parser, holds="certificates, nginx, the qcow2")
     parser.add_argument("--volumes-on", type=Path, default=Path("/dev/shm"),
                         help="where the volumes' backing files go, localkube's and the CLI's (default /dev/shm)")
