@@ -7,13 +7,13 @@
   into a directory on the same kind of volume, ext4 on a loop device as localkube provisions it (goal: ratio
   ≤ 1.1): what the DataVolume adds is the controller, provisioning and the pod, not a slower disk.
 
-Both sides of each ratio take turns run by run (medians), each starts after a sync, and none starts before the
-volumes of the one before are released: a phase must not pay for tearing down the last one's. The volumes,
-localkube's and the CLI's alike, are backed by files on ``--volumes-on``, a tmpfs by default: the importer ends
-with an fsync, in the pod as in the CLI, and on this machine's disk that fsync swung both sides between 1.1 and
-3.1 s, the import after a switch of side (DataVolume after CLI or CLI after DataVolume) taking about twice as long
-as one after the same side, so the ratio told the order of the runs. On a tmpfs neither side's data reaches a
-disk, both do the same work, and what remains of the spread is other work on the CPUs.
+Both sides of each ratio take turns run by run (each ratio is the median of the turns' ratios), each starts after a
+sync, and none starts before the volumes of the one before are released: a phase must not pay for tearing down the
+last one's. The volumes, localkube's and the CLI's alike, are backed by files on ``--volumes-on``, a tmpfs by
+default: the importer ends with an fsync, in the pod as in the CLI, and on this machine's disk that fsync swung both
+sides between 1.1 and 3.1 s, the import after a switch of side (DataVolume after CLI or CLI after DataVolume) taking
+about twice as long as one after the same side, so the ratio told the order of the runs. On a tmpfs neither side's
+data reaches a disk, both do the same work, and what remains of the spread is other work on the CPUs.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import requests
 from bench import images
 from bench.images import GiB
 from bench.loopdev import ext4_volume
-from bench.measure import add_work_options, exit_on_sigterm, in_turns, peak_rss_of, work_dir
+from bench.measure import Turns, add_work_options, exit_on_sigterm, in_turns, peak_rss_of, work_dir
 from bench.report import Figure, publish
 from cdi.api import names
 from cdi.api.spec import quantity_bytes, requested_size
@@ -45,6 +45,7 @@ from tests.support.nginx import NginxServer
 
 Obj = dict[str, Any]
 NS = "default"
+BARE, DATAVOLUMES, DATAVOLUME, CLI = "bare importer pods", "DataVolumes", "DataVolume", "cdi import"  # the sides
 _DV_PATH = path(group=names.GROUP, version=names.VERSION, plural=names.DATAVOLUMES, namespace=NS)
 
 
@@ -136,8 +137,8 @@ def _clear(kube: Kube, prefix: str, *, volumes: Path) -> None:
     _wait_all(lambda: 0 if any(volumes.glob("*.img")) else 1, 1, what="volumes released", timeout=600)
 
 
-def blank_volumes(kube: Kube, *, count: int, size: str, runs: int, volumes: Path) -> tuple[float, float]:
-    """Median seconds of ``count`` bare importer pods and of as many DataVolumes."""
+def blank_volumes(kube: Kube, *, count: int, size: str, runs: int, volumes: Path) -> Turns:
+    """Seconds of ``count`` bare importer pods (side BARE) and of as many DataVolumes (side DATAVOLUMES)."""
     def bare(_: int) -> float:
         seconds = bare_pods(kube, count=count, size=size)
         _clear(kube, "bare-", volumes=volumes)
@@ -148,12 +149,11 @@ def blank_volumes(kube: Kube, *, count: int, size: str, runs: int, volumes: Path
         _clear(kube, "blank-", volumes=volumes)
         return seconds
 
-    medians = in_turns(runs, {"bare pods": bare, "DataVolumes": as_datavolumes})
-    return medians["bare pods"], medians["DataVolumes"]
+    return in_turns(runs, {BARE: bare, DATAVOLUMES: as_datavolumes})
 
 
-def qcow2_import(kube: Kube, url: str, *, disks: Path, runs: int, volumes: Path) -> tuple[float, float]:
-    """Median seconds of the DataVolume import and of `cdi import`, taking turns.
+def qcow2_import(kube: Kube, url: str, *, disks: Path, runs: int, volumes: Path) -> Turns:
+    """Seconds of the DataVolume import (side DATAVOLUME) and of `cdi import` (side CLI), taking turns.
 
     The same work on both sides: `cdi import` writes into a fresh ext4 on a loop device of exactly the size
     localkube gives the DataVolume's claim, with the importer pod's size and filesystem overhead, and each ends
@@ -193,8 +193,19 @@ def qcow2_import(kube: Kube, url: str, *, disks: Path, runs: int, volumes: Path)
                            check=True, stdout=subprocess.DEVNULL)
             return time.monotonic() - start
 
-    medians = in_turns(runs, {"DataVolume": timed_datavolume, "cdi import": with_cli})
-    return medians["DataVolume"], medians["cdi import"]
+    return in_turns(runs, {DATAVOLUME: timed_datavolume, CLI: with_cli})
+
+
+def _ratio_figures(case: str, turns: Turns, numerator: str, denominator: str, *, goal: str,
+                   digits: int) -> list[Figure]:
+    """Each side's median, the goal's ratio (the median of the turns' ratios, see Turns.ratio) and, to explain
+    it, the ratio of the medians."""
+    return [Figure(case, f"{numerator} (median)", round(turns[numerator], digits), "s"),
+            Figure(case, f"{denominator} (median)", round(turns[denominator], digits), "s"),
+            Figure(case, f"{numerator} / {denominator} (median of the turns' ratios)",
+                   round(turns.ratio(numerator, denominator), 2), goal=goal),
+            Figure(case, f"{numerator} / {denominator} (ratio of the medians)",
+                   round(turns[numerator] / turns[denominator], 2))]
 
 
 def main(argv: list[str]) -> int:
@@ -226,19 +237,15 @@ def main(argv: list[str]) -> int:
                 volumes = local.cluster.provisioner.workdir
                 case = f"{args.count} blank {args.size} volumes at once (median of {args.runs})"
                 print(f"{case}: bare pods and DataVolumes ...", file=sys.stderr)
-                bare, dvs = blank_volumes(kube, count=args.count, size=args.size, runs=args.runs, volumes=volumes)
+                blank = blank_volumes(kube, count=args.count, size=args.size, runs=args.runs, volumes=volumes)
                 rss = peak_rss_of(local.controller.pid) / (1 << 20)
-                figures += [Figure(case, "bare importer pods", round(bare, 1), "s"),
-                            Figure(case, "DataVolumes", round(dvs, 1), "s"),
-                            Figure(case, "DataVolumes / bare pods", round(dvs / bare, 2), goal="≤ 1.3"),
+                figures += [*_ratio_figures(case, blank, DATAVOLUMES, BARE, goal="≤ 1.3", digits=1),
                             Figure(case, "controller peak RSS", round(rss, 1), "MiB")]
                 print("1 GiB qcow2: DataVolume and cdi import ...", file=sys.stderr)
-                dv_s, cli_s = qcow2_import(kube, nginx.url(qcow2.name), disks=disks, runs=args.import_runs,
-                                           volumes=volumes)
+                imports = qcow2_import(kube, nginx.url(qcow2.name), disks=disks, runs=args.import_runs,
+                                       volumes=volumes)
                 case = f"{qcow2.name} over HTTP (median of {args.import_runs})"
-                figures += [Figure(case, "as a DataVolume", round(dv_s, 2), "s"),
-                            Figure(case, "cdi import", round(cli_s, 2), "s"),
-                            Figure(case, "DataVolume / cdi import", round(dv_s / cli_s, 2), goal="≤ 1.1")]
+                figures += _ratio_figures(case, imports, DATAVOLUME, CLI, goal="≤ 1.1", digits=2)
         finally:
             nginx.close()
     publish(figures, json_out=args.json_out)

@@ -56,8 +56,25 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _exit)
 
 
-def in_turns(runs: int, sides: dict[str, Callable[[int], float]]) -> dict[str, float]:
-    """Median seconds of each side, each run once per turn (it gets the turn's number and returns its seconds).
+class Turns(dict[str, float]):
+    """Median seconds of each side, and every turn's seconds (``runs``) to pair the sides turn by turn."""
+
+    def __init__(self, runs: dict[str, list[float]]) -> None:
+        super().__init__({name: statistics.median(values) for name, values in runs.items()})
+        self.runs = runs
+
+    def ratio(self, numerator: str, denominator: str) -> float:
+        """The median of the turns' ratios, not the ratio of the medians: the two medians can come from
+        different turns, and so from different states of the machine. In one bench the first eight of fifteen
+        turns ran under a burst of outside load (1.0 to 1.9 s a run, 0.6 to 0.7 s after it): the DataVolume's
+        median fell among the quiet turns and `cdi import`'s among the loaded ones, and their ratio read 0.72,
+        where the quiet turns' own ratios were 0.96 to 1.09 and the median of all fifteen 1.07. Both sides of one
+        turn run within seconds of each other."""
+        return statistics.median(n / d for n, d in zip(self.runs[numerator], self.runs[denominator], strict=True))
+
+
+def in_turns(runs: int, sides: dict[str, Callable[[int], float]]) -> Turns:
+    """Each side run once per turn (it gets the turn's number and returns its seconds), ``runs`` turns.
 
     The sides take turns, so a burst of load from other work on the machine spreads over all of them instead
     of spoiling one; each starts after a sync. Who goes first rotates from turn to turn: in a fixed order one
@@ -73,10 +90,10 @@ def in_turns(runs: int, sides: dict[str, Callable[[int], float]]) -> dict[str, f
             os.sync()
             times[name].append(sides[name](turn))
         print(f"  run {turn + 1}: " + ", ".join(f"{name} {times[name][-1]:.2f} s" for name in names), file=sys.stderr)
-    return {name: statistics.median(values) for name, values in times.items()}
+    return Turns(times)
 
 
-def medians(variants: dict[str, Callable[[], None]], *, setup: Callable[[], None], runs: int) -> dict[str, float]:
+def medians(variants: dict[str, Callable[[], None]], *, setup: Callable[[], None], runs: int) -> Turns:
     """Median seconds of each variant (see :func:`in_turns`), each after ``setup`` and a sync, and including a
     final sync (CDI's pipeline ends with one): the page cache cannot be dropped."""
 
