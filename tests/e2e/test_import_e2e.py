@@ -10,7 +10,7 @@ import pytest
 
 from cdi.api import names
 from importer.checksum import file_sha256
-from tests.fixtures.cdi_system import CDISystem, datavolume, wait_for
+from tests.fixtures.cdi_system import CDISystem, datavolume
 from tests.fixtures.images import ImageSet
 from tests.support import imaging
 from tests.support.nginx import NginxServer
@@ -52,8 +52,7 @@ def test_http_import(cdi: CDISystem, images: ImageSet, nginx_server: NginxServer
     cdi.apply(datavolume(name, {"http": {"url": url}}, mode=mode))
     assert_succeeded(cdi, name)
     assert_volume_holds(cdi, name, images.expected_raw(image), block=mode == "Block")
-    # Deleted after the DataVolume's status is written, as CDI's two controllers do it: soon after, not before.
-    wait_for(lambda: cdi.pod(f"importer-{name}") is None, what="the importer pod removed after success")
+    cdi.wait_pod_deleted(f"importer-{name}")  # the importer pod is removed after success
 
 
 def test_kubectl_shows_the_printer_columns(cdi: CDISystem, images: ImageSet, nginx_server: NginxServer) -> None:

@@ -105,8 +105,7 @@ def test_retry_limit_from_the_datavolume(cdi: CDISystem, images: ImageSet, fault
     assert message.endswith("(importer pod failed 2 times; retry limit 1 reached)"), message
     # With the tests' 0.2 s kubelet back-off the container may start once more before the controller deletes it.
     assert dv["status"]["restartCount"] in (1, 2)
-    # Deleted after the DataVolume's status is written, as CDI's two controllers do it: soon after, not before.
-    wait_for(lambda: importer_pod(cdi, "give-up") is None, what="the failed importer pod deleted")
+    cdi.wait_pod_deleted("importer-give-up")
 
 
 def test_wait_for_first_consumer(cdi: CDISystem, images: ImageSet, fault_server: FaultServer) -> None:

@@ -110,8 +110,7 @@ def assert_upload_succeeded(cdi: CDISystem, name: str) -> None:
     conditions = {c["type"]: c for c in dv["status"]["conditions"]}
     assert (conditions["Ready"]["status"], conditions["Running"]["reason"]) == ("True", "Completed")
     cdi.wait_events(name, "UploadScheduled", "UploadReady", "UploadSucceeded")
-    # Deleted after the DataVolume's status is written, as CDI's two controllers do it: soon after, not before.
-    wait_for(lambda: cdi.pod(f"cdi-upload-{name}") is None, what="the upload pod removed after success")
+    cdi.wait_pod_deleted(f"cdi-upload-{name}")  # the upload pod is removed after success
     assert cdi.api.get(cdi.core_path("services", f"cdi-upload-{name}")) is None, "and its Service"
 
 
