@@ -26,6 +26,11 @@ from localkube.kubelet import console_script_images
 # The repository's crds/ (cdi local runs from a clone of it; a real cluster gets them from deploy/).
 CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
 IMPORTER_IMAGE = "kubecdi/cdi-importer:local"
+# Before the controller's and the upload proxy's command: from their start, they are killed when the thread
+# that started them ends, however it ends. Without it a `cdi local` killed with SIGKILL left them running; an
+# orphaned controller kept reconnecting to its old API port and could serve whatever cluster bound that port
+# next, unauthenticated. (util-linux's setpriv sets the signal and execs: the process keeps its pid.)
+DIE_WITH_PARENT = ("setpriv", "--pdeathsig", "KILL", "--")
 WEBHOOK_NAME = "datavolume-validate.cdi.kubevirt.io"
 
 
@@ -75,8 +80,8 @@ class LocalCDI:
                names.ENV_WEBHOOK_PORT: str(free_port()),
                **self.upload.controller_env(), **self.controller_env}
         with self.controller_log.open("ab") as log:
-            self.controller = subprocess.Popen([sys.executable, "-m", "cdi.controller"], env=env, stdout=log,
-                                               stderr=subprocess.STDOUT, start_new_session=True)
+            self.controller = subprocess.Popen([*DIE_WITH_PARENT, sys.executable, "-m", "cdi.controller"], env=env,
+                                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._wait_ready(timeout)
 
     def _wait_ready(self, timeout: float) -> None:

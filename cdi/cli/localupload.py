@@ -84,14 +84,15 @@ class UploadPlane:
 
     def start(self, *, api_url: str, kubeconfig: Path, timeout: float = 30) -> None:
         """Starts the proxy and token API, registers the APIService, and returns once both answer."""
-        from cdi.cli.localsystem import free_port  # noqa: PLC0415 - one helper for every local port
+        from cdi.cli.localsystem import DIE_WITH_PARENT, free_port  # noqa: PLC0415 - one place for both
 
         self._write_pki()
         self.port, self.api_port = free_port(), free_port()
         env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "uploadproxy.proxy", "--listen-address", HOST, "--port", str(self.port),
+                [*DIE_WITH_PARENT, sys.executable, "-m", "uploadproxy.proxy",
+                 "--listen-address", HOST, "--port", str(self.port),
                  "--server-cert-dir", str(self.dir / "proxy-server"), "--client-cert-dir", str(self.dir / "proxy-client"),
                  "--upload-server-ca", str(self.dir / "server-ca.crt"), "--token-api-port", str(self.api_port),
                  "--token-signing-key", str(self.signing_key)],

@@ -1,4 +1,4 @@
-"""`python -I -S sandbox.py ERROR_FD`, then SPEC on stdin: becomes one container process (standard library only).
+"""`python -I -S sandbox.py ERROR_FD KUBELET_PID`, then SPEC on stdin: becomes one container process (standard library only).
 
 It is started before its container is known (spawner.py) and waits for SPEC, one line on stdin. It then sends
 its stdout and stderr to the container's log file, takes /dev/null as stdin, enters a private mount namespace
@@ -42,6 +42,7 @@ _DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/pro
               "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx"}
 
 _MNT_DETACH = 2
+_PR_SET_PDEATHSIG, _SIGKILL = 1, 9
 SPEC_TAKEN = b"+"
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -146,8 +147,18 @@ def _take_stdio(log: str) -> None:
     os.close(null)
 
 
+def _die_with(kubelet: int) -> None:
+    """The container is killed when the kubelet's thread that started it ends, whatever ends it: a kubelet killed
+    with SIGKILL cannot stop its pods, and they ran on, each holding its volume's mount, with no one to reap them.
+    The setting outlives exec. The kubelet may have died before it was made: then nothing would ever send it."""
+    _libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL)
+    if os.getppid() != kubelet:
+        os._exit(0)
+
+
 def main() -> None:
-    error_fd = int(sys.argv[1])
+    error_fd, kubelet = int(sys.argv[1]), int(sys.argv[2])
+    _die_with(kubelet)
     os.set_inheritable(error_fd, False)
     line = sys.stdin.buffer.readline()
     if not line:  # the kubelet stopped without a container for this sandbox

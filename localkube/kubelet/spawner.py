@@ -34,7 +34,7 @@ async def _start() -> Sandbox:
     read_end, write_end = os.pipe()
     try:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-I", "-S", _SANDBOX, str(write_end), stdin=asyncio.subprocess.PIPE,
+            sys.executable, "-I", "-S", _SANDBOX, str(write_end), str(os.getpid()), stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, pass_fds=(write_end,),
             start_new_session=True)
     except BaseException:
