@@ -33,7 +33,7 @@ from bench import images
 from bench.images import GiB
 from bench.loopdev import ext4_volume
 from bench.measure import Turns, add_work_options, exit_on_sigterm, in_turns, peak_rss_of, work_dir
-from bench.report import Figure, publish
+from bench.report import Figure, median_figures, publish, ratio_figures
 from cdi.api import names
 from cdi.api.spec import quantity_bytes, requested_size
 from cdi.cli.localsystem import IMPORTER_IMAGE, LocalCDI
@@ -196,18 +196,6 @@ def qcow2_import(kube: Kube, url: str, *, disks: Path, runs: int, volumes: Path)
     return in_turns(runs, {DATAVOLUME: timed_datavolume, CLI: with_cli})
 
 
-def _ratio_figures(case: str, turns: Turns, numerator: str, denominator: str, *, goal: str,
-                   digits: int) -> list[Figure]:
-    """Each side's median, the goal's ratio (the median of the turns' ratios, see Turns.ratio) and, to explain
-    it, the ratio of the medians."""
-    return [Figure(case, f"{numerator} (median)", round(turns[numerator], digits), "s"),
-            Figure(case, f"{denominator} (median)", round(turns[denominator], digits), "s"),
-            Figure(case, f"{numerator} / {denominator} (median of the turns' ratios)",
-                   round(turns.ratio(numerator, denominator), 2), goal=goal),
-            Figure(case, f"{numerator} / {denominator} (ratio of the medians)",
-                   round(turns[numerator] / turns[denominator], 2))]
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench datavolumes", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -239,13 +227,15 @@ def main(argv: list[str]) -> int:
                 print(f"{case}: bare pods and DataVolumes ...", file=sys.stderr)
                 blank = blank_volumes(kube, count=args.count, size=args.size, runs=args.runs, volumes=volumes)
                 rss = peak_rss_of(local.controller.pid) / (1 << 20)
-                figures += [*_ratio_figures(case, blank, DATAVOLUMES, BARE, goal="≤ 1.3", digits=1),
+                figures += [*median_figures(case, blank, digits=1),
+                            *ratio_figures(case, blank, DATAVOLUMES, BARE, goal="≤ 1.3"),
                             Figure(case, "controller peak RSS", round(rss, 1), "MiB")]
                 print("1 GiB qcow2: DataVolume and cdi import ...", file=sys.stderr)
                 imports = qcow2_import(kube, nginx.url(qcow2.name), disks=disks, runs=args.import_runs,
                                        volumes=volumes)
                 case = f"{qcow2.name} over HTTP (median of {args.import_runs})"
-                figures += _ratio_figures(case, imports, DATAVOLUME, CLI, goal="≤ 1.1", digits=2)
+                figures += [*median_figures(case, imports),
+                            *ratio_figures(case, imports, DATAVOLUME, CLI, goal="≤ 1.1")]
         finally:
             nginx.close()
     publish(figures, json_out=args.json_out)

@@ -6,6 +6,10 @@ import json
 import operator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bench.measure import Turns
 
 _COMPARE = {"≤": operator.le, "≥": operator.ge}
 
@@ -24,6 +28,21 @@ class Figure:
             return None
         sign, bound = self.goal.split()
         return bool(_COMPARE[sign](self.value, float(bound)))
+
+
+def median_figures(case: str, turns: Turns, *, digits: int = 2) -> list[Figure]:
+    return [Figure(case, f"{name} (median)", round(seconds, digits), "s") for name, seconds in turns.items()]
+
+
+def ratio_figures(case: str, turns: Turns, numerator: str, denominator: str, *, goal: str,
+                  label: str = "") -> list[Figure]:
+    """The goal's ratio of two sides' seconds, the median of the turns' ratios (see Turns.ratio), and beside it,
+    without a goal, the ratio of the medians. ``label`` names it when it is not "numerator / denominator" (a
+    throughput ratio is the inverse of the seconds')."""
+    label = label or f"{numerator} / {denominator}"
+    return [Figure(case, f"{label} (median of the turns' ratios)", round(turns.ratio(numerator, denominator), 2),
+                   goal=goal),
+            Figure(case, f"{label} (ratio of the medians)", round(turns[numerator] / turns[denominator], 2))]
 
 
 def markdown(figures: list[Figure]) -> str:

@@ -19,7 +19,7 @@ upload next to CDI's way of taking one, in one run.
 The client is curl on every side (CDI's docs upload with curl; `-T` streams the file; it can present the client
 certificate the upload server wants, which `cdi image-upload` cannot), to the sync upload path, whose 200 comes
 once the image is written. Each time is the median of --runs runs, ending with a sync; the variants of a case
-take turns. The disk.img of the last upload through the proxy is checked against the source with
+take turns, and each goal's ratio is the median of the turns' ratios (bench.measure.Turns.ratio). The disk.img of the last upload through the proxy is checked against the source with
 `qemu-img compare`. Goals are the issue's.
 """
 
@@ -37,7 +37,7 @@ from pathlib import Path
 from bench import images
 from bench.images import GiB, MiB
 from bench.measure import add_work_options, children_cpu, exit_on_sigterm, medians, sh, thread_cpu, work_dir
-from bench.report import Figure, publish
+from bench.report import Figure, median_figures, publish, ratio_figures
 from tests.fixtures.upload import (NAMESPACE, PVC, AppThread, UploadServerProcess, launch_upload_server,
                                    make_upload_pki, upload_pvc)
 from tests.support.nginx import NginxServer
@@ -154,16 +154,16 @@ def upload_case(image: Path, *, plane: UploadPlane, nginx: NginxServer | None, r
         plane.stop_server()
         clear()
     sent = image.stat().st_size
-    figures = [Figure(case, f"{name} (median)", round(s, 2), "s") for name, s in seconds.items()]
+    figures = median_figures(case, seconds)
     figures += [Figure(case, f"{name}: throughput", round(sent / MiB / seconds[name], 1), "MiB/s")
                 for name in (DIRECT, THROUGH_PROXY)]
     figures += [Figure(case, f"{name}: CPU of {side} per GiB sent", round(value / (sent / GiB), 2), "s")
                 for name, sides in cpu.items() for side, value in sides.items()]
-    figures.append(Figure(case, "throughput through the proxy / direct",
-                          round(seconds[DIRECT] / seconds[THROUGH_PROXY], 2), goal="≥ 0.85"))
+    figures += ratio_figures(case, seconds, DIRECT, THROUGH_PROXY, goal="≥ 0.85",
+                             label="throughput through the proxy / direct")
     if CDI in seconds:
-        figures.append(Figure(case, "ours (through the proxy) / CDI's way",
-                              round(seconds[THROUGH_PROXY] / seconds[CDI], 2), goal="≤ 0.6"))
+        figures += ratio_figures(case, seconds, THROUGH_PROXY, CDI, goal="≤ 0.6",
+                                 label="ours (through the proxy) / CDI's way")
     return figures
 
 

@@ -1,4 +1,5 @@
-"""`python -I -S sandbox.py ERROR_FD KUBELET_PID`, then SPEC on stdin: becomes one container process (standard library only).
+"""`python -I -S sandbox.py ERROR_FD KUBELET_PID`, then SPEC on stdin: becomes one container process (standard
+library only).
 
 It is started before its container is known (spawner.py) and waits for SPEC, one line on stdin. It then sends
 its stdout and stderr to the container's log file, takes /dev/null as stdin, enters a private mount namespace
