@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from tests.support.hoststate import descendants
+
 BLOCK = 4096
 _ZERO_BLOCK = bytes(BLOCK)
 
@@ -140,23 +142,6 @@ def peak_rss_of(pid: int) -> int:
     return 0
 
 
-def _descendants(pid: int) -> list[int]:
-    """Children of every thread, recursively: the importer starts qemu-img from a worker thread."""
-    found: list[int] = []
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return found
-    for task in tasks:
-        try:
-            children = [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-        for child in children:
-            found += [child, *_descendants(child)]
-    return found
-
-
 def _comm(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip()
@@ -175,7 +160,7 @@ def peak_rss(cmd: Sequence[str]) -> PeakRss:
     seen: dict[int, tuple[str, int]] = {}  # pid: (command name, its peak)
     while True:
         own = max(own, peak_rss_of(process.pid))
-        for child in _descendants(process.pid):
+        for child in descendants(process.pid):
             name, hwm = _comm(child), peak_rss_of(child)
             if not hwm:
                 continue  # gone before we could read it

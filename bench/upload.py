@@ -19,8 +19,9 @@ upload next to CDI's way of taking one, in one run.
 The client is curl on every side (CDI's docs upload with curl; `-T` streams the file; it can present the client
 certificate the upload server wants, which `cdi image-upload` cannot), to the sync upload path, whose 200 comes
 once the image is written. Each time is the median of --runs runs, ending with a sync; the variants of a case
-take turns, and each goal's ratio is the median of the turns' ratios (bench.measure.Turns.ratio). The disk.img of the last upload through the proxy is checked against the source with
-`qemu-img compare`. Goals are the issue's.
+take turns, and each goal's ratio is the median of the turns' ratios (bench.measure.Turns.ratio). The disk.img
+of the last upload through the proxy is checked against the source with `qemu-img compare`. Goals are the
+issue's.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import pytest
 
 from localkube.storage import host_capabilities_missing
 from tests.fixtures.cdi_system import KUBECTL, wait_for
-from tests.support.hoststate import force_release, leftovers
+from tests.support.hoststate import descendants, force_release, leftovers, started
 
 pytestmark = pytest.mark.root
 
@@ -71,29 +71,8 @@ def test_cdi_local_serves_until_down(tmp_path: Path) -> None:
         force_release(workdir / "cluster")
 
 
-def _descendants(pid: int) -> dict[int, str]:
-    """Every process below ``pid`` (children of each of its threads), by pid, with its start time: a pid the
-    kernel hands out again later is not the process seen here."""
-    found: dict[int, str] = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            with contextlib.suppress(OSError):  # gone meanwhile
-                found[int(child)] = _started(int(child))
-                found.update(_descendants(int(child)))
-    return found
-
-
-def _started(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-
-
-def _alive(processes: dict[int, str]) -> list[int]:
-    alive = []
-    for pid, started in processes.items():
-        with contextlib.suppress(OSError):
-            if _started(pid) == started and "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]:
-                alive.append(pid)
-    return alive
+def _alive(processes: dict[int, str | None]) -> list[int]:
+    return [pid for pid, began in processes.items() if began is not None and started(pid) == began]
 
 
 def test_cdi_local_killed_takes_its_processes_along(tmp_path: Path) -> None:
@@ -104,7 +83,7 @@ def test_cdi_local_killed_takes_its_processes_along(tmp_path: Path) -> None:
     workdir = tmp_path / "local"
     cdi = [sys.executable, "-m", "cdi.cli.main", "local", "--workdir", str(workdir)]
     server, env = _serve(cdi, tmp_path)
-    processes: dict[int, str] = {}
+    processes: dict[int, str | None] = {}
     try:
         kubectl = [KUBECTL, "-n", "default"]
         claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "held"},
@@ -120,7 +99,7 @@ def test_cdi_local_killed_takes_its_processes_along(tmp_path: Path) -> None:
         wait_for(lambda: subprocess.run([*kubectl, "get", "pod", "busy", "-o", "jsonpath={.status.phase}"], env=env,
                                         capture_output=True, text=True, timeout=30).stdout == "Running",
                  timeout=120, what="the pod to run")
-        processes.update(_descendants(server.pid))
+        processes.update({pid: started(pid) for pid in descendants(server.pid)})
         commands = " ".join(Path(f"/proc/{pid}/cmdline").read_text() for pid in _alive(processes))
         assert "cdi.controller" in commands and "uploadproxy.proxy" in commands and "sleep" in commands, commands
         server.send_signal(signal.SIGKILL)

@@ -1,4 +1,5 @@
-"""What a local cluster leaves on the machine: mounts and loop devices of its workdir, as the machine reports them."""
+"""What a local cluster leaves on the machine: mounts and loop devices of its workdir, and processes, as the
+machine reports them."""
 
 from __future__ import annotations
 
@@ -24,3 +25,31 @@ def force_release(workdir: Path) -> None:
     for image in (workdir / "volumes").glob("*.img"):
         for device in loops_of(image):
             subprocess.run(["losetup", "-d", device], check=False)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``: the children of each of its threads (the importer starts qemu-img from a
+    worker thread), recursively."""
+    found: list[int] = []
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            children = [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue  # the thread ended meanwhile
+        for child in children:
+            found += [child, *descendants(child)]
+    return found
+
+
+def started(pid: int) -> str | None:
+    """When the process began (clock ticks since boot), or None when it is gone or a zombie: with its pid, it
+    names one process even after the kernel hands the pid out again."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else fields[19]
